@@ -1,0 +1,72 @@
+"""fusion_core: the engine of Fusion Inspector (no Qt here).
+
+Open a model (:func:`resolve`, :func:`inspect_model`), see what each fusion family would
+replace (:meth:`Inspection.discovery`), and build a :class:`FusionPlan`.
+"""
+
+from __future__ import annotations
+
+from .checkpoint import CheckpointIndex, TensorInfo, read_header, read_index
+from .discovery import Discovery, Match, Rejection, discover
+from .errors import (
+    Cancelled,
+    CheckpointError,
+    ConfigError,
+    FamilyConflictError,
+    FusionError,
+    InvalidFusionConfigError,
+    ModelSourceError,
+    UnknownFamilyError,
+    UnsafeModelError,
+    UsageError,
+)
+from .families import REGISTRY, FusionSpec, Verdict, families, get_family
+from .patching import scoped_patch
+from .plan import FusionPlan, Inspection, inspect_model, validate_fusion_config
+from .progress import CancelToken, Progress, drive
+from .sources import ModelSource, cached_hub_models, known_model_types, resolve
+from .tree import ModuleNode, ModuleTree, build_meta_model, module_tree
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "REGISTRY",
+    "CancelToken",
+    "Cancelled",
+    "CheckpointError",
+    "CheckpointIndex",
+    "ConfigError",
+    "Discovery",
+    "FamilyConflictError",
+    "FusionError",
+    "FusionPlan",
+    "FusionSpec",
+    "Inspection",
+    "InvalidFusionConfigError",
+    "Match",
+    "ModelSource",
+    "ModelSourceError",
+    "ModuleNode",
+    "ModuleTree",
+    "Progress",
+    "Rejection",
+    "TensorInfo",
+    "UnknownFamilyError",
+    "UnsafeModelError",
+    "UsageError",
+    "Verdict",
+    "build_meta_model",
+    "cached_hub_models",
+    "discover",
+    "drive",
+    "families",
+    "get_family",
+    "inspect_model",
+    "known_model_types",
+    "module_tree",
+    "read_header",
+    "read_index",
+    "resolve",
+    "scoped_patch",
+    "validate_fusion_config",
+]

@@ -1,0 +1,152 @@
+"""Built-in demo checkpoints: tiny real models with seeded random weights.
+
+Generated on first use into the user cache folder (``platformdirs``; override with the
+``FUSION_INSPECTOR_CACHE`` environment variable), deterministic, in well under a second.
+A folder is written to a temporary sibling and renamed into place, so an interrupted
+generation never leaves a half-written demo.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelSourceError
+
+DEMO_VERSION = 1
+SEED = 0
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Demo:
+    name: str
+    description: str
+    build: Callable[[], Any]  # -> (config, model class)
+
+
+def _qwen2_vl() -> Any:
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    config = Qwen2VLConfig(
+        text_config={
+            "vocab_size": 512,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 512,
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+        },
+        vision_config={
+            "depth": 2,
+            "embed_dim": 32,
+            "hidden_size": 64,
+            "num_heads": 4,
+            "mlp_ratio": 2,
+            "patch_size": 14,
+            "temporal_patch_size": 2,
+            "in_channels": 3,
+            "spatial_merge_size": 2,
+        },
+        image_token_id=500,
+        video_token_id=501,
+        vision_start_token_id=502,
+        vision_end_token_id=503,
+    )
+    return config, Qwen2VLForConditionalGeneration
+
+
+def _llama() -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
+    return config, LlamaForCausalLM
+
+
+DEMOS: dict[str, Demo] = {
+    "qwen2-vl": Demo("qwen2-vl", "tiny Qwen2-VL (vision tower with a Conv3d patch embedding)", _qwen2_vl),
+    "llama": Demo("llama", "tiny Llama decoder LM (no patch embedding)", _llama),
+}
+DEFAULT_DEMO = "qwen2-vl"
+
+
+def register_demo(demo: Demo) -> None:
+    """Add a demo (used by families that bring their own example model)."""
+    DEMOS[demo.name] = demo
+
+
+def cache_root() -> Path:
+    env = os.environ.get("FUSION_INSPECTOR_CACHE")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("fusion-inspector", appauthor=False))
+
+
+def demo_path(name: str) -> Path:
+    """The folder of demo ``name``, generated on first use.
+
+    Raises:
+        ModelSourceError: unknown demo name (the message lists the demos).
+    """
+    name = name or DEFAULT_DEMO
+    demo = DEMOS.get(name)
+    if demo is None:
+        raise ModelSourceError(f"unknown demo {name!r}; demos: {', '.join(sorted(DEMOS))}")
+    import transformers
+
+    folder = cache_root() / "demos" / f"{name}-v{DEMO_VERSION}-tf{transformers.__version__}"
+    if (folder / "config.json").is_file():
+        return folder
+    with _lock:
+        if not (folder / "config.json").is_file():
+            _generate(demo, folder)
+    return folder
+
+
+def _generate(demo: Demo, folder: Path) -> None:
+    import torch
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    config, cls = demo.build()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        state = torch.random.get_rng_state()
+        torch.manual_seed(SEED)
+        try:
+            model = cls(config)
+        finally:
+            torch.random.set_rng_state(state)
+        model.save_pretrained(tmp)
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not (folder / "config.json").is_file():  # lost a race to another process
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,69 @@
+"""One exception hierarchy for the engine, shared by the CLI and the GUI.
+
+Every error names the file, key or family concerned and says what to do. The CLI maps
+``exit_code`` to its process exit status; the GUI shows ``str(error)`` in a dialog.
+"""
+
+from __future__ import annotations
+
+
+class FusionError(Exception):
+    """Base of every error the engine raises on purpose (exit code 1)."""
+
+    exit_code = 1
+
+
+class UsageError(FusionError):
+    """The caller asked for something that cannot make sense (exit code 2)."""
+
+    exit_code = 2
+
+
+class UnknownFamilyError(UsageError):
+    """A fusion family name that is not registered."""
+
+
+class InvalidFusionConfigError(UsageError):
+    """A ``fusion_config`` value that is neither a bool nor a mapping."""
+
+
+class FamilyConflictError(FusionError):
+    """Two enabled families transform the same checkpoint keys."""
+
+
+class ModelSourceError(FusionError):
+    """A model source that cannot be resolved (missing folder, bad config, not cached...)."""
+
+
+class ConfigError(ModelSourceError):
+    """A ``config.json`` that is unreadable, not JSON, or names an unknown architecture."""
+
+
+class CheckpointError(FusionError):
+    """A weight file that is missing, corrupt, truncated or hostile."""
+
+
+class UnsafeModelError(FusionError):
+    """A model folder asks for something we do not do without an opt-in (remote code, pickle)."""
+
+
+class LoadError(FusionError):
+    """Loading produced missing or unexpected keys, or shapes that do not match."""
+
+
+class ExportError(FusionError):
+    """An export that cannot be written (destination, disk, verification)."""
+
+
+class CheckError(FusionError):
+    """An inference check that could not run."""
+
+
+class Cancelled(FusionError):
+    """The user cancelled a long operation; nothing was left half-written."""
+
+
+def one_line(error: BaseException) -> str:
+    """Return a single-line message for ``error`` (what the CLI prints on stderr)."""
+    text = str(error).strip() or type(error).__name__
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())

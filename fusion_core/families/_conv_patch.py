@@ -1,0 +1,199 @@
+"""Shared machinery for patch-embedding families: a non-overlapping ConvNd as one Linear.
+
+A ConvNd whose stride equals its kernel (zero padding, dilation 1, groups 1) cuts its
+input into disjoint patches and applies the same affine map to each: exactly a Linear on
+the flattened patches. :class:`PatchLinear` is that Linear with the Conv's calling
+convention (``(N, C, *spatial) -> (N, O, *spatial // kernel)``), so the original
+module's own ``forward`` keeps working unchanged, whatever layout it uses. When each
+input sample is a single patch (the Qwen-VL case), the forward is one view, one GEMM and
+one view.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from torch import nn
+
+from ..transforms import KeyTransform, Rename, Reshape
+from .base import FusionSpec, Verdict
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+
+class PatchLinear(nn.Linear):
+    """A Linear over flattened patches that is called like the ConvNd it replaces."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: tuple[int, ...],
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_channels * math.prod(kernel_size), out_channels, bias, device=device, dtype=dtype)
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = tuple(kernel_size)
+        self.stride = tuple(kernel_size)
+
+    @classmethod
+    def from_conv(cls, conv: nn.Module) -> PatchLinear:
+        """Wrap ``conv``'s parameters without copying: the weight is a view of the Conv's."""
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        weight = conv.weight
+        new.in_features = conv.in_channels * math.prod(conv.kernel_size)
+        new.out_features = conv.out_channels
+        new.in_channels = conv.in_channels
+        new.out_channels = conv.out_channels
+        new.kernel_size = tuple(conv.kernel_size)
+        new.stride = tuple(conv.kernel_size)
+        new.weight = nn.Parameter(weight.detach().view(conv.out_channels, -1), requires_grad=weight.requires_grad)
+        new.register_parameter("bias", conv.bias)
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k = self.kernel_size
+        d = len(k)
+        if x.dim() == d + 1:  # unbatched input, as ConvNd accepts
+            return self.forward(x.unsqueeze(0)).squeeze(0)
+        n, c = x.shape[0], x.shape[1]
+        spatial = tuple(x.shape[2:])
+        if spatial == k:  # one patch per sample: view, GEMM, view
+            y = super().forward(x.reshape(n, c * math.prod(k)))
+            return y.view(n, self.out_features, *([1] * d))
+        grid = tuple(s // kk for s, kk in zip(spatial, k))
+        if any(g * kk != s for g, kk, s in zip(grid, k, spatial)):  # Conv drops the remainder
+            x = x[(slice(None), slice(None), *(slice(0, g * kk) for g, kk in zip(grid, k)))]
+        # (N, C, g0, k0, g1, k1, ...) -> (N, g0, g1, ..., C, k0, k1, ...)
+        split = [n, c]
+        for g, kk in zip(grid, k):
+            split += [g, kk]
+        x = x.reshape(split)
+        order = [0, *range(2, 2 + 2 * d, 2), 1, *range(3, 3 + 2 * d, 2)]
+        patches = x.permute(order).reshape(-1, c * math.prod(k))
+        y = super().forward(patches).view(n, *grid, self.out_features)
+        return y.permute(0, d + 1, *range(1, d + 1))
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, kernel_size={self.kernel_size} (patch projection)"
+
+
+def linear_name(attr: str) -> str:
+    return f"linear_{attr}"
+
+
+class FusedPatchEmbeddingMixin(nn.Module):
+    """Mixed in front of the original class: its Conv child becomes a :class:`PatchLinear`.
+
+    The Linear is registered as ``linear_<attr>`` (so fused checkpoints use the same key
+    names as transformers' own fusion) and stays reachable under the original ``<attr>``,
+    so the original ``forward`` runs unchanged.
+    """
+
+    _conv_type: ClassVar[type[nn.Module]] = nn.Conv3d
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        type(self)._convert(self)
+
+    @classmethod
+    def _convert(cls, module: nn.Module) -> None:
+        attr = conv_child_name(module, cls._conv_type)
+        if attr is None:
+            raise TypeError(f"{type(module).__name__} has no {cls._conv_type.__name__} child to fuse")
+        conv = module._modules.pop(attr)
+        module._modules[linear_name(attr)] = PatchLinear.from_conv(conv)
+        module.__dict__["_fusion_aliases"] = {attr: linear_name(attr)}
+
+    def __getattr__(self, name: str) -> object:
+        aliases = self.__dict__.get("_fusion_aliases")
+        if aliases is not None and name in aliases:
+            return self._modules[aliases[name]]
+        return super().__getattr__(name)
+
+
+def conv_child_name(module: nn.Module, conv_type: type[nn.Module]) -> str | None:
+    """The attribute name of the single direct ``conv_type`` child, or None."""
+    names = [n for n, child in module.named_children() if type(child) is conv_type]
+    return names[0] if len(names) == 1 else None
+
+
+class ConvPatchFusion(FusionSpec):
+    """Non-overlapping ConvNd patch embeddings -> one flattened Linear."""
+
+    conv_type: ClassVar[type[nn.Module]] = nn.Conv3d
+
+    @property
+    def _dims(self) -> int:
+        return {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}[self.conv_type]
+
+    def check(self, module: nn.Module) -> Verdict:
+        conv_name = self.conv_type.__name__
+        convs = [(n, c) for n, c in module.named_children() if isinstance(c, nn.modules.conv._ConvNd)]
+        exact = [(n, c) for n, c in convs if type(c) is self.conv_type]
+        if not exact:
+            others = ", ".join(f"{n} ({type(c).__name__})" for n, c in convs)
+            return Verdict.no(f"no {conv_name} child" + (f" (has {others})" if others else ""))
+        if len(exact) > 1:
+            return Verdict.no(f"{len(exact)} {conv_name} children ({', '.join(n for n, _ in exact)}); expected one")
+        name, conv = exact[0]
+        zeros = (0,) * self._dims
+        ones = (1,) * self._dims
+        if tuple(conv.stride) != tuple(conv.kernel_size):
+            return Verdict.no(f"{name} stride {tuple(conv.stride)} != kernel {tuple(conv.kernel_size)}")
+        if isinstance(conv.padding, str) or tuple(conv.padding) != zeros:
+            return Verdict.no(f"{name} padding {conv.padding!r} is not zero")
+        if tuple(conv.dilation) != ones:
+            return Verdict.no(f"{name} dilation {tuple(conv.dilation)} is not 1")
+        if conv.groups != 1:
+            return Verdict.no(f"{name} groups {conv.groups} != 1")
+        if getattr(conv, "output_padding", zeros) != zeros or getattr(conv, "transposed", False):
+            return Verdict.no(f"{name} is a transposed convolution")
+        return Verdict.yes(f"{name}: {conv_name} kernel {tuple(conv.kernel_size)} == stride, no padding")
+
+    def make_fused_class(self, original_cls: type) -> type:
+        mixin = type(f"_FusedPatch{self._dims}dMixin", (FusedPatchEmbeddingMixin,), {"_conv_type": self.conv_type})
+        fused = type(f"Fused{original_cls.__name__}", (mixin, original_cls), {"__module__": original_cls.__module__})
+        fused.__qualname__ = f"Fused{original_cls.__qualname__}"
+        fused._fusion_family = self.name  # type: ignore[attr-defined]
+        fused._fusion_original = original_cls  # type: ignore[attr-defined]
+        return fused
+
+    def make_transforms(self, config: PretrainedConfig, modules: Mapping[str, nn.Module]) -> list[KeyTransform]:
+        transforms: list[KeyTransform] = []
+        for path, module in modules.items():
+            attr = conv_child_name(module, self.conv_type)
+            if attr is None:
+                continue
+            conv = module._modules[attr]
+            prefix = f"{path}." if path else ""
+            src = f"{prefix}{attr}"
+            dst = f"{prefix}{linear_name(attr)}"
+            shape = tuple(conv.weight.shape)
+            transforms.append(
+                Reshape(
+                    family=self.name,
+                    sources=(f"{src}.weight",),
+                    targets=(f"{dst}.weight",),
+                    source_shape=shape,
+                    target_shape=(shape[0], math.prod(shape[1:])),
+                    name=f"conv{self._dims}d_to_linear",
+                    inverse_name=f"linear_to_conv{self._dims}d",
+                )
+            )
+            if conv.bias is not None:
+                transforms.append(Rename(family=self.name, sources=(f"{src}.bias",), targets=(f"{dst}.bias",)))
+        return transforms
+
+    def fuse_module(self, module: nn.Module) -> None:
+        fused = self.fused_class(type(module))
+        module.__class__ = fused
+        fused._convert(module)

@@ -1,0 +1,117 @@
+"""The fusion spec protocol: what a family must provide, and the verdicts it gives.
+
+The protocol follows the reference mechanism (``target_modules_patterns``, ``is_fusable``,
+``make_fused_class``, ``make_transforms``, an empty-result message) plus what an inspector
+needs: :meth:`FusionSpec.check` returns a :class:`Verdict` with a human reason, and
+:meth:`FusionSpec.fuse_module` converts one loaded module in place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PretrainedConfig
+
+    from ..transforms import KeyTransform
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether one module can be fused, and why not."""
+
+    ok: bool
+    reason: str = ""
+
+    @classmethod
+    def yes(cls, reason: str = "fusable") -> Verdict:
+        return cls(True, reason)
+
+    @classmethod
+    def no(cls, reason: str) -> Verdict:
+        return cls(False, reason)
+
+
+class FusionSpec:
+    """Base recipe for a fusion family. Subclasses set ``name`` and ``description``."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    #: regexes searched in the module path; an empty tuple makes every module a candidate
+    target_modules_patterns: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self) -> None:
+        self._fused_classes: dict[type, type] = {}
+
+    @cached_property
+    def _pattern(self) -> re.Pattern[str] | None:
+        if not self.target_modules_patterns:
+            return None
+        return re.compile("|".join(f"(?:{p})" for p in self.target_modules_patterns))
+
+    def is_candidate(self, path: str, module: nn.Module) -> bool:
+        """Pre-filter by module path (``target_modules_patterns``); ``check`` decides."""
+        return self._pattern is None or self._pattern.search(path) is not None
+
+    def check(self, module: nn.Module) -> Verdict:
+        """Decide whether ``module`` can be fused; the reason is shown to the user."""
+        raise NotImplementedError
+
+    def is_fusable(self, module: nn.Module) -> bool:
+        return self.check(module).ok
+
+    def fused_class(self, original_cls: type) -> type:
+        """The (cached) fused replacement of ``original_cls``: one class per original class."""
+        fused = self._fused_classes.get(original_cls)
+        if fused is None:
+            fused = self.make_fused_class(original_cls)
+            self._fused_classes[original_cls] = fused
+        return fused
+
+    def make_fused_class(self, original_cls: type) -> type:
+        """Build the runtime replacement class; its instances behave like the original's."""
+        raise NotImplementedError
+
+    def make_transforms(self, config: PretrainedConfig, modules: Mapping[str, nn.Module]) -> list[KeyTransform]:
+        """The key transforms for the matched ``modules`` (path -> module of the meta model).
+
+        Shapes come from the modules themselves, never from config field names (which
+        differ between families and nest differently).
+        """
+        raise NotImplementedError
+
+    def fuse_module(self, module: nn.Module) -> None:
+        """Convert one loaded module (of a matched class) into its fused form, in place."""
+        raise NotImplementedError
+
+    def empty_message(self, model_name: str) -> str:
+        return f"no module of {model_name} can be fused by {self.name!r}"
+
+    def options_schema(self) -> Mapping[str, Any]:
+        """Options the family accepts in ``fusion_config`` (none by default)."""
+        return {}
+
+
+_REQUIRED = ("check", "make_fused_class", "make_transforms", "fuse_module")
+
+
+def validate_spec(spec: object, origin: str = "") -> FusionSpec:
+    """Check that ``spec`` implements the protocol, with a helpful error otherwise.
+
+    Raises:
+        TypeError: naming the missing pieces.
+    """
+    where = f" (from {origin})" if origin else ""
+    if not isinstance(spec, FusionSpec):
+        raise TypeError(f"{spec!r}{where} is not a FusionSpec instance")
+    if not spec.name or not re.fullmatch(r"[a-z][a-z0-9_]*", spec.name):
+        raise TypeError(f"{type(spec).__name__}{where}: name {spec.name!r} must be lower_snake_case")
+    missing = [m for m in _REQUIRED if getattr(type(spec), m) is getattr(FusionSpec, m)]
+    if missing:
+        raise TypeError(f"{type(spec).__name__}{where} does not implement {', '.join(missing)}")
+    return spec

@@ -1,0 +1,390 @@
+"""Plans: a validated ``fusion_config`` turned into patch mapping and key maps, both ways.
+
+:func:`inspect_model` opens a model once (meta model, tree, per-family discovery, cached);
+:meth:`Inspection.plan` then builds a :class:`FusionPlan` for any ``fusion_config`` in
+milliseconds. A plan is data, validated before any I/O: the class-level patch mapping,
+the key transforms (model keys), the same transforms on the checkpoint's own key names
+with shapes and dtypes from the safetensors headers, and the reverse direction (fused
+layout -> original) used by export.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .discovery import Discovery, discover
+from .errors import FamilyConflictError, InvalidFusionConfigError
+from .families import REGISTRY, get_family
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from .sources import ModelSource
+    from .transforms import KeyTransform
+    from .tree import ModuleTree
+
+FusionConfig = Mapping[str, "bool | Mapping[str, Any]"]
+
+
+def validate_fusion_config(fusion_config: FusionConfig | None) -> list[tuple[str, dict[str, Any]]]:
+    """The enabled families of ``fusion_config``, in the user's order, with their options.
+
+    Raises:
+        UnknownFamilyError: a name that is not registered (the message lists the known ones).
+        InvalidFusionConfigError: a value that is neither ``True``/``False`` nor a mapping.
+    """
+    if fusion_config is None:
+        return []
+    if not isinstance(fusion_config, Mapping):
+        raise InvalidFusionConfigError(
+            f"fusion_config must be a mapping of family name -> True/False/options, got {type(fusion_config).__name__}"
+        )
+    enabled: list[tuple[str, dict[str, Any]]] = []
+    for name, options in fusion_config.items():
+        get_family(name)
+        if options is False:
+            continue
+        if options is True:
+            enabled.append((name, {}))
+        elif isinstance(options, Mapping):
+            enabled.append((name, dict(options)))
+        else:
+            raise InvalidFusionConfigError(
+                f"invalid option for fusion {name!r}: expected True, False or a mapping of options, got {options!r}"
+            )
+    return enabled
+
+
+@dataclass(frozen=True)
+class CheckpointTransform:
+    """One key transform on the checkpoint's own key names."""
+
+    transform: KeyTransform
+    source_keys: tuple[str, ...]  # original layout, as named in (or for) the checkpoint
+    target_keys: tuple[str, ...]  # fused layout
+    source_shapes: tuple[tuple[int, ...], ...]
+    target_shapes: tuple[tuple[int, ...], ...]
+    dtype: str  # safetensors code ("F32") or torch name when no checkpoint
+    present: str  # "original" | "fused" | "missing": which side the checkpoint holds
+
+    @property
+    def family(self) -> str:
+        return self.transform.family
+
+    def rows(self, direction: str = "load") -> list[dict[str, Any]]:
+        """Preview rows: one per source key (load: original -> fused; save: reverse)."""
+        t = self.transform
+        if direction == "load":
+            src, src_shapes, dst, dst_shapes, op = (
+                self.source_keys,
+                self.source_shapes,
+                self.target_keys,
+                self.target_shapes,
+                t.op,
+            )
+        else:
+            src, src_shapes, dst, dst_shapes, op = (
+                self.target_keys,
+                self.target_shapes,
+                self.source_keys,
+                self.source_shapes,
+                t.inverse_op,
+            )
+        out = []
+        for i, key in enumerate(src):
+            j = min(i, len(dst) - 1)
+            out.append(
+                {
+                    "family": t.family,
+                    "source_key": key,
+                    "source_shape": list(src_shapes[i]),
+                    "dtype": self.dtype,
+                    "target_key": dst[j],
+                    "target_shape": list(dst_shapes[j]),
+                    "op": op,
+                }
+            )
+        return out
+
+
+@dataclass
+class FamilyPlan:
+    name: str
+    options: dict[str, Any]
+    discovery: Discovery
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.discovery
+        return {
+            "name": self.name,
+            "options": self.options,
+            "matches": [m.to_dict() for m in d.matches],
+            "rejected": [r.to_dict() for r in d.rejected],
+            "message": d.empty_message,
+        }
+
+
+@dataclass
+class FusionPlan:
+    """Everything a fused load or export will do, computed without tensor data."""
+
+    model: str
+    model_class: str
+    fusion_config: dict[str, Any]
+    families: list[FamilyPlan]
+    transforms: list[KeyTransform]
+    checkpoint_transforms: list[CheckpointTransform]
+    has_checkpoint: bool
+    layout: str  # "original" | "fused" | "mixed" | "none" (no checkpoint or nothing to fuse)
+    seconds: float = 0.0
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def patch_mapping(self) -> dict[type, type]:
+        mapping: dict[type, type] = {}
+        for fam in self.families:
+            mapping.update(fam.discovery.patch_mapping)
+        return mapping
+
+    @property
+    def matched_paths(self) -> dict[str, str]:
+        """module path -> family name."""
+        return {m.path: fam.name for fam in self.families for m in fam.discovery.matches}
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.transforms and not self.patch_mapping
+
+    def rows(self, direction: str = "load") -> list[dict[str, Any]]:
+        return [row for ct in self.checkpoint_transforms for row in ct.rows(direction)]
+
+    def key_map(self, direction: str = "load") -> dict[str, str]:
+        """Checkpoint key -> key in the other layout, for every transformed key."""
+        out: dict[str, str] = {}
+        for ct in self.checkpoint_transforms:
+            src, dst = (ct.source_keys, ct.target_keys) if direction == "load" else (ct.target_keys, ct.source_keys)
+            for i, key in enumerate(src):
+                out[key] = dst[min(i, len(dst) - 1)]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "model_class": self.model_class,
+            "fusion_config": self.fusion_config,
+            "families": [f.to_dict() for f in self.families],
+            "patch_mapping": {o.__name__: f.__name__ for o, f in self.patch_mapping.items()},
+            "patch_mapping_modules": {
+                o.__name__: [m.path for fam in self.families for m in fam.discovery.matches if m.original_class is o]
+                for o in self.patch_mapping
+            },
+            "has_checkpoint": self.has_checkpoint,
+            "checkpoint_layout": self.layout,
+            "transforms": self.rows("load"),
+            "reverse_transforms": self.rows("save"),
+            "messages": self.messages,
+        }
+
+
+class Inspection:
+    """An opened model: source, meta model, module tree and per-family discovery."""
+
+    def __init__(self, source: ModelSource, model: nn.Module, tree: ModuleTree, seconds: float) -> None:
+        self.source = source
+        self.model = model
+        self.tree = tree
+        self.seconds = seconds
+        self._discoveries: dict[str, Discovery] = {}
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    def discovery(self, family: str) -> Discovery:
+        found = self._discoveries.get(family)
+        if found is None:
+            found = discover(
+                self.model,
+                get_family(family),
+                config=self.source.config,
+                fingerprint=self.source.fingerprint,
+                model_name=self.source.model_class.__name__,
+            )
+            self._discoveries[family] = found
+        return found
+
+    def discover_all(self) -> dict[str, Discovery]:
+        return {name: self.discovery(name) for name in REGISTRY}
+
+    def plan(self, fusion_config: FusionConfig | None) -> FusionPlan:
+        """Build the plan for ``fusion_config`` (see :func:`validate_fusion_config`).
+
+        Raises:
+            UnknownFamilyError, InvalidFusionConfigError: bad ``fusion_config``.
+            FamilyConflictError: two families transform the same key.
+        """
+        t0 = time.perf_counter()
+        enabled = validate_fusion_config(fusion_config)
+        fams = [FamilyPlan(name, opts, self.discovery(name)) for name, opts in enabled]
+        transforms: list[KeyTransform] = []
+        owner: dict[str, str] = {}
+        claimed_modules: dict[str, str] = {}
+        for fam in fams:
+            for m in fam.discovery.matches:
+                other = claimed_modules.get(m.path)
+                if other is not None and other != fam.name:
+                    raise FamilyConflictError(
+                        f"fusions {other!r} and {fam.name!r} both replace module {m.path}; enable only one of them"
+                    )
+                claimed_modules[m.path] = fam.name
+            for t in fam.discovery.transforms:
+                for key in t.sources:
+                    other = owner.get(key)
+                    if other is not None and other != fam.name:
+                        raise FamilyConflictError(
+                            f"fusions {other!r} and {fam.name!r} both transform checkpoint key {key}; "
+                            "enable only one of them"
+                        )
+                    owner[key] = fam.name
+                transforms.append(t)
+        cts, layout = _checkpoint_transforms(self, transforms)
+        messages = [f.discovery.empty_message for f in fams if f.discovery.empty_message]
+        return FusionPlan(
+            model=self.source.name,
+            model_class=self.source.model_class.__name__,
+            fusion_config={name: (opts or True) for name, opts in enabled},
+            families=fams,
+            transforms=transforms,
+            checkpoint_transforms=cts,
+            has_checkpoint=self.source.checkpoint is not None,
+            layout=layout,
+            seconds=time.perf_counter() - t0,
+            messages=messages,
+        )
+
+
+def inspect_model(source: ModelSource | str, *, trust_remote_code: bool = False) -> Inspection:
+    """Open ``source`` (a spec or a resolved source): meta model and module tree.
+
+    Raises:
+        ModelSourceError: the source cannot be resolved or its model cannot be built.
+    """
+    from .sources import resolve
+    from .tree import build_meta_model, module_tree
+
+    t0 = time.perf_counter()
+    if isinstance(source, str):
+        source = resolve(source, trust_remote_code=trust_remote_code)
+    model = build_meta_model(source)
+    tree = module_tree(model)
+    return Inspection(source, model, tree, time.perf_counter() - t0)
+
+
+class KeyMatcher:
+    """Maps model state-dict keys onto a checkpoint's key names.
+
+    Checkpoints name keys with or without the task model's prefix (``model.``) and with
+    legacy prefixes (Qwen2-VL's ``visual.``); the model key and its checkpoint key share
+    a dotted suffix, and one is the other with a prefix added.
+    """
+
+    def __init__(self, checkpoint_keys: list[str]) -> None:
+        self.keys = set(checkpoint_keys)
+        self._by_tail: dict[str, list[str]] = {}
+        for k in checkpoint_keys:
+            self._by_tail.setdefault(_tail(k), []).append(k)
+
+    def find(self, model_key: str) -> tuple[str, str, str] | None:
+        """Return (checkpoint key, prefix to strip, prefix to add) for ``model_key``."""
+        if model_key in self.keys:
+            return model_key, "", ""
+        found = []
+        for k in self._by_tail.get(_tail(model_key), []):
+            if model_key.endswith("." + k):
+                found.append((k, model_key[: len(model_key) - len(k)], ""))
+            elif k.endswith("." + model_key):
+                found.append((k, "", k[: len(k) - len(model_key)]))
+        return found[0] if len(found) == 1 else None
+
+    @staticmethod
+    def translate(model_key: str, strip: str, add: str) -> str:
+        if strip and model_key.startswith(strip):
+            model_key = model_key[len(strip) :]
+        return add + model_key
+
+
+def _tail(key: str) -> str:
+    return ".".join(key.rsplit(".", 3)[-3:])
+
+
+def _checkpoint_transforms(insp: Inspection, transforms: list[KeyTransform]) -> tuple[list[CheckpointTransform], str]:
+    ckpt = insp.source.checkpoint
+    if ckpt is None:
+        params = dict(insp.model.named_parameters())
+        params.update(dict(insp.model.named_buffers()))
+        out = []
+        for t in transforms:
+            src_shapes = tuple(tuple(params[k].shape) if k in params else () for k in t.sources)
+            dtype = str(params[t.sources[0]].dtype).removeprefix("torch.") if t.sources[0] in params else "?"
+            out.append(
+                CheckpointTransform(
+                    t,
+                    t.sources,
+                    t.targets,
+                    src_shapes,
+                    tuple(tuple(s) for s in t.forward_shapes(src_shapes)),
+                    dtype,
+                    "missing",
+                )
+            )
+        return out, "none"
+    matcher = KeyMatcher(list(ckpt.tensors))
+    out = []
+    sides = set()
+    for t in transforms:
+        src = [matcher.find(k) for k in t.sources]
+        dst = [matcher.find(k) for k in t.targets]
+        if all(src):
+            strip, add = src[0][1], src[0][2]  # type: ignore[index]
+            present = "original"
+        elif all(dst):
+            strip, add = dst[0][1], dst[0][2]  # type: ignore[index]
+            present = "fused"
+        else:
+            strip, add, present = "", "", "missing"
+        src_keys = tuple(matcher.translate(k, strip, add) for k in t.sources)
+        dst_keys = tuple(matcher.translate(k, strip, add) for k in t.targets)
+        if present == "original":
+            infos = [ckpt.tensors[k] for k in src_keys]
+            src_shapes = tuple(i.shape for i in infos)
+            dst_shapes = tuple(tuple(s) for s in _safe_shapes(t.forward_shapes, src_shapes))
+            dtype = infos[0].dtype
+        elif present == "fused":
+            infos = [ckpt.tensors[k] for k in dst_keys]
+            dst_shapes = tuple(i.shape for i in infos)
+            src_shapes = tuple(tuple(s) for s in _safe_shapes(t.inverse_shapes, dst_shapes))
+            dtype = infos[0].dtype
+        else:
+            src_shapes = tuple(() for _ in t.sources)
+            dst_shapes = tuple(() for _ in t.targets)
+            dtype = "?"
+        sides.add(present)
+        out.append(CheckpointTransform(t, src_keys, dst_keys, src_shapes, dst_shapes, dtype, present))
+    if not out:
+        layout = "none"
+    elif len(sides) == 1:
+        layout = sides.pop()
+    else:
+        layout = "mixed"
+    return out, layout
+
+
+def _safe_shapes(fn, shapes):
+    try:
+        return fn(shapes)
+    except ValueError:
+        # shapes that do not match the model: shown as unknown; loading reports the error
+        return [() for _ in shapes]

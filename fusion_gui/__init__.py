@@ -1,0 +1,1 @@
+"""fusion_gui: the PySide6 desktop inspector over fusion_core."""

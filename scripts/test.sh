@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh), then lint, check the layer contract, and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export QT_QPA_PLATFORM=offscreen
+export PYTHONDONTWRITEBYTECODE=1
+# Tests never reach a model hub.
+export HF_HUB_OFFLINE=1
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/lint-imports
+.venv/bin/python -m pytest -q "$@"
