@@ -15,12 +15,14 @@ from .errors import (
     FamilyConflictError,
     FusionError,
     InvalidFusionConfigError,
+    LoadError,
     ModelSourceError,
     UnknownFamilyError,
     UnsafeModelError,
     UsageError,
 )
 from .families import REGISTRY, FusionSpec, Verdict, families, get_family
+from .loading import LoadResult, iter_load, load, load_plain
 from .patching import scoped_patch
 from .plan import FusionPlan, Inspection, inspect_model, validate_fusion_config
 from .progress import CancelToken, Progress, drive
@@ -43,6 +45,8 @@ __all__ = [
     "FusionSpec",
     "Inspection",
     "InvalidFusionConfigError",
+    "LoadError",
+    "LoadResult",
     "Match",
     "ModelSource",
     "ModelSourceError",
@@ -62,7 +66,10 @@ __all__ = [
     "families",
     "get_family",
     "inspect_model",
+    "iter_load",
     "known_model_types",
+    "load",
+    "load_plain",
     "module_tree",
     "read_header",
     "read_index",
