@@ -47,6 +47,18 @@ class UnsafeModelError(FusionError):
     """A model folder asks for something we do not do without an opt-in (remote code, pickle)."""
 
 
+class RemoteCodeError(UnsafeModelError):
+    """A config that asks for custom code shipped with the model (``auto_map``).
+
+    The one unsafe case with an opt-in (``trust_remote_code``); ``files`` lists the Python
+    files the config names, for a dialog that shows them before the user decides.
+    """
+
+    def __init__(self, message: str, files: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.files = list(files or [])
+
+
 class LoadError(FusionError):
     """Loading produced missing or unexpected keys, or shapes that do not match."""
 

@@ -8,8 +8,19 @@ Accepted specs:
 * a hub id ``org/name``: read from the local Hugging Face cache (``config.json`` is
   downloaded when online and not cached).
 
-A model folder is data, never code: configs with ``auto_map`` (custom modeling code) are
-refused unless ``trust_remote_code=True``, pickle checkpoints are never unpickled.
+A model folder is data, never code:
+
+* a config with ``auto_map`` (custom modeling code shipped with the model) is refused
+  unless ``trust_remote_code=True``; even then the folder's code is never imported: the
+  model is built from the class transformers ships for its ``model_type``, and the
+  source's ``notes`` say so;
+* an ``attn_implementation``/``experts_implementation`` in the config that could pull
+  kernels from the hub is dropped (the default is used);
+* pickle checkpoints (``.bin``, ``.pt``, ``.pth``, ``.ckpt``) are never unpickled;
+* ``config.json`` is read bounded in size and depth, and a config whose layer
+  counts would make a model of more than ``MAX_MODULES`` modules is refused before any
+  config object or model is built (:func:`check_model_size`); :func:`module_budget`
+  stops a build that grows past the limit anyway.
 """
 
 from __future__ import annotations
@@ -23,16 +34,42 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .checkpoint import CheckpointIndex, read_index
-from .errors import ConfigError, ModelSourceError, UnsafeModelError
+from .checkpoint import CheckpointIndex, read_index, read_regular_file
+from .errors import ConfigError, ModelSourceError, RemoteCodeError, UnsafeModelError
+from .safety import (
+    MAX_CONFIG_DEPTH,
+    MAX_LAYERS,
+    MAX_MODULES,
+    check_model_size,
+    estimate_modules,
+    module_budget,
+    remote_code_files,
+    without_remote_code,
+)
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
+__all__ = [
+    "MAX_LAYERS",
+    "MAX_MODULES",
+    "ModelSource",
+    "cached_hub_models",
+    "check_model_size",
+    "config_from_dict",
+    "estimate_modules",
+    "known_model_types",
+    "model_class_for",
+    "module_budget",
+    "read_config_dict",
+    "remote_code_files",
+    "resolve",
+]
+
 CONFIG_FILE = "config.json"
 MAX_CONFIG_BYTES = 8 * 1024 * 1024
-MAX_CONFIG_DEPTH = 32
-PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.bin")
+# weight files in pickle formats: unpickling runs code, so they are never read
+PICKLE_WEIGHTS = ("pytorch_model*.bin", "pytorch_model.bin.index.json", "model*.bin", "*.pt", "*.pth", "*.ckpt")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -94,8 +131,13 @@ def resolve(spec: str, *, trust_remote_code: bool = False, model_class: str | No
         source.kind = "demo"
         source.name = spec
         return source
-    path = Path(spec).expanduser()
-    if path.exists():
+    try:
+        path = Path(spec).expanduser()
+        exists = path.exists()
+    except (OSError, ValueError, RuntimeError):  # NUL bytes, unknown ~user, names too long
+        exists = False
+        path = Path()
+    if exists:
         if path.is_file():
             if path.suffix != ".json":
                 raise ModelSourceError(f"{path}: not a config.json or a model folder")
@@ -112,22 +154,24 @@ def resolve(spec: str, *, trust_remote_code: bool = False, model_class: str | No
 def read_config_dict(path: Path) -> dict[str, Any]:
     """Read ``config.json`` as data, bounded in size and depth.
 
+    Args:
+        path: the config file (a regular file; pipes and devices are refused).
+
+    Returns:
+        The JSON object.
+
     Raises:
         ConfigError: unreadable, too large, not JSON, not an object, or too deeply nested.
     """
+    raw = read_regular_file(path, MAX_CONFIG_BYTES, ConfigError)
     try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: {size} bytes, larger than the {MAX_CONFIG_BYTES} byte limit for a config")
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except ValueError as e:  # e.g. an integer with more digits than Python converts
+        raise ConfigError(f"{path}: not a usable JSON document ({str(e)[:120]})") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels)") from None
     if not isinstance(data, dict):
@@ -147,46 +191,77 @@ def _depth(value: Any, level: int = 0) -> int:
     return level
 
 
-def config_from_dict(data: dict[str, Any], where: str, *, trust_remote_code: bool = False) -> PretrainedConfig:
+def config_from_dict(
+    data: dict[str, Any], where: str, *, trust_remote_code: bool = False, notes: list[str] | None = None
+) -> PretrainedConfig:
     """Build the transformers config for ``data`` without running any code from the folder.
 
+    Args:
+        data: the parsed ``config.json``.
+        where: the file or spec, for messages.
+        trust_remote_code: open a config with ``auto_map`` anyway. Its code is still not
+            run: the config and model are the classes transformers ships for ``model_type``.
+        notes: a list to append what was ignored to (custom code, hub kernels).
+
+    Returns:
+        The config object.
+
     Raises:
-        ConfigError: missing or unknown ``model_type``, or values the config class rejects.
-        UnsafeModelError: ``auto_map`` (custom code) without ``trust_remote_code``.
+        RemoteCodeError: ``auto_map`` (custom code) without ``trust_remote_code``.
+        ConfigError: missing or unknown ``model_type``, layer counts that would
+            build an enormous model, or values the config class rejects.
     """
     from transformers import CONFIG_MAPPING
 
-    if "auto_map" in data and not trust_remote_code:
-        files = sorted({str(v).split(".")[0] + ".py" for v in _flat_values(data["auto_map"])})
-        raise UnsafeModelError(
-            f"{where}: config.json asks for custom code ({', '.join(files) or 'auto_map'}); "
-            "it is not run by default. Inspect the files, then opt in with --trust-remote-code"
+    notes = [] if notes is None else notes
+    files = remote_code_files(data)
+    if files and not trust_remote_code:
+        raise RemoteCodeError(
+            f"{where}: config.json asks for custom code ({', '.join(files)}), which could do anything "
+            "on this machine, so it is not opened. Fusion Inspector never runs a model's own code: "
+            "to inspect it with the class transformers ships for its model_type instead, opt in with "
+            "--trust-remote-code (CLI) or by confirming in the app",
+            files,
         )
     model_type = data.get("model_type")
-    if not model_type:
+    if not model_type or not isinstance(model_type, str):
         raise ConfigError(f"{where}: config.json has no 'model_type'; cannot tell the architecture")
     if model_type not in CONFIG_MAPPING:
+        custom = f"; its custom code ({', '.join(files)}) is never run by Fusion Inspector" if files else ""
         raise ConfigError(
-            f"{where}: unknown model_type {model_type!r}: this transformers does not know it "
+            f"{where}: unknown model_type {model_type!r}: this transformers does not know it{custom} "
             "(upgrade transformers, or check the config)"
         )
-    data = {k: v for k, v in data.items() if k != "auto_map"}
+    check_model_size(data, where)
+    if files:
+        notes.append(
+            f"custom code in config.json ({', '.join(files)}) was not run: shown with the class transformers "
+            f"ships for model_type {model_type!r}, which may differ from the custom code"
+        )
+    data = without_remote_code(data, notes)
     try:
         return CONFIG_MAPPING[model_type].from_dict(data)
     except Exception as e:  # config classes raise many types on bad values
-        raise ConfigError(f"{where}: config values rejected by {model_type!r}: {e}") from e
+        raise ConfigError(f"{where}: config values rejected by {model_type!r}: {_first_line(e)}") from e
 
 
-def _flat_values(value: Any) -> list[Any]:
-    if isinstance(value, dict):
-        return [x for v in value.values() for x in _flat_values(v)]
-    if isinstance(value, (list, tuple)):
-        return [x for v in value for x in _flat_values(v)]
-    return [value]
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:300]
 
 
 def model_class_for(config: PretrainedConfig, override: str | None = None) -> type:
     """The class to build: ``override``, else ``config.architectures[0]``, else the Auto class.
+
+    Names from the config only ever select ``PreTrainedModel`` subclasses exported by
+    transformers; custom classes (``auto_map``) fall through to the Auto class.
+
+    Args:
+        config: the config object.
+        override: a transformers class name chosen by the user.
+
+    Returns:
+        The model class.
 
     Raises:
         ConfigError: no transformers class can be found for the config.
@@ -195,11 +270,13 @@ def model_class_for(config: PretrainedConfig, override: str | None = None) -> ty
 
     names = [override] if override else list(getattr(config, "architectures", None) or [])
     for name in names:
-        cls = getattr(transformers, name, None) if isinstance(name, str) else None
-        if isinstance(cls, type):
+        # only model classes transformers ships: a name from config.json never reaches anything else
+        ok = isinstance(name, str) and name.isidentifier() and not name.startswith("_")
+        cls = getattr(transformers, name, None) if ok else None
+        if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
             return cls
         if override:
-            raise ConfigError(f"unknown model class {override!r}: not a class transformers ships")
+            raise ConfigError(f"unknown model class {override!r}: not a model class transformers ships")
     from transformers.models.auto import modeling_auto as ma
 
     for mapping_name in (
@@ -233,12 +310,14 @@ def _from_arch(spec: str, model_type: str, model_class: str | None) -> ModelSour
         config = CONFIG_MAPPING[model_type]()
     except Exception as e:
         raise ConfigError(f"arch:{model_type}: the default config cannot be built: {e}") from e
+    check_model_size(config, spec)
     cls = model_class_for(config, model_class)
     return ModelSource(spec=spec, kind="arch", name=spec, config=config, model_class=cls)
 
 
 def _from_config_file(spec: str, path: Path, trust: bool, model_class: str | None) -> ModelSource:
-    config = config_from_dict(read_config_dict(path), str(path), trust_remote_code=trust)
+    notes: list[str] = []
+    config = config_from_dict(read_config_dict(path), str(path), trust_remote_code=trust, notes=notes)
     cls = model_class_for(config, model_class)
     folder = path.parent
     checkpoint = _checkpoint_of(folder) if path.name == CONFIG_FILE else None
@@ -251,6 +330,7 @@ def _from_config_file(spec: str, path: Path, trust: bool, model_class: str | Non
         folder=folder,
         checkpoint=checkpoint,
         trust_remote_code=trust,
+        notes=notes,
     )
 
 
@@ -266,11 +346,12 @@ def _from_folder(spec: str, folder: Path, trust: bool, model_class: str | None) 
 def _checkpoint_of(folder: Path) -> CheckpointIndex | None:
     index = read_index(folder)
     if index is None:
-        pickles = [name for name in PICKLE_WEIGHTS if (folder / name).exists()]
+        pickles = sorted({p.name for pattern in PICKLE_WEIGHTS for p in folder.glob(pattern)})
         if pickles:
+            shown = ", ".join(pickles[:4]) + (f" and {len(pickles) - 4} more" if len(pickles) > 4 else "")
             raise UnsafeModelError(
-                f"{folder}: only pickle weights ({', '.join(pickles)}); they can run code when loaded and "
-                "are not read. Convert them to safetensors with a tool you trust first"
+                f"{folder}: only pickle weights ({shown}); loading a pickle can run any code, so they are "
+                "never read. Convert them to safetensors (model.safetensors) with a tool you trust first"
             )
     return index
 
