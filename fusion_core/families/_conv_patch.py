@@ -149,7 +149,8 @@ class ConvPatchFusion(FusionSpec):
         ones = (1,) * self._dims
         if tuple(conv.stride) != tuple(conv.kernel_size):
             return Verdict.no(f"{name} stride {tuple(conv.stride)} != kernel {tuple(conv.kernel_size)}")
-        if isinstance(conv.padding, str) or tuple(conv.padding) != zeros:
+        # padding="valid" (SigLIP and others) is zero padding spelled as a string
+        if conv.padding != "valid" and (isinstance(conv.padding, str) or tuple(conv.padding) != zeros):
             return Verdict.no(f"{name} padding {conv.padding!r} is not zero")
         if tuple(conv.dilation) != ones:
             return Verdict.no(f"{name} dilation {tuple(conv.dilation)} is not 1")
