@@ -1,0 +1,117 @@
+"""The ``patch_embeddings_2d`` family on real tiny vision models (ViT, CLIP, SigLIP, DINOv2)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _family_cases import assert_round_trip_bitwise, checkpoint, output, write_fused
+from torch import nn
+
+from fusion_core import inspect_model
+from fusion_core.families import get_family
+from fusion_core.families._conv_patch import PatchLinear
+from fusion_core.loading import load, load_plain
+
+FAMILY = "patch_embeddings_2d"
+# architecture -> (embedding module, its Conv2d child, key transforms: weight reshape [+ bias rename])
+EXPECTED = {
+    "vit": ("embeddings.patch_embeddings", "projection", 2),
+    "clip_vision": ("embeddings", "patch_embedding", 1),  # no bias
+    "siglip_vision": ("embeddings", "patch_embedding", 2),  # padding="valid"
+    "dinov2": ("embeddings.patch_embeddings", "projection", 2),
+}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("patch2d-models")
+
+
+@pytest.mark.parametrize("arch", sorted(EXPECTED))
+def test_plan_loads_and_round_trip(arch, root, tmp_path):
+    path, conv, n_transforms = EXPECTED[arch]
+    folder = checkpoint(arch, root)
+    plan = inspect_model(str(folder)).plan({FAMILY: True})
+    assert [m.path for m in plan.families[0].discovery.matches] == [path]
+    weight = next(r for r in plan.rows("load") if r["op"] == "conv2d_to_linear")
+    assert weight["source_shape"] == [32, 3, 8, 8] and weight["target_shape"] == [32, 192]
+    assert weight["target_key"].endswith(f"linear_{conv}.weight")
+
+    reference = output(load_plain(str(folder)), arch)
+    fused = load(str(folder), {FAMILY: True}).model
+    module = fused.get_submodule(path)
+    assert type(module)._fusion_family == FAMILY and type(module).__name__.startswith("Fused")
+    linear = module.get_submodule(f"linear_{conv}")
+    assert type(linear) is PatchLinear and linear.weight.shape == (32, 192)
+    assert getattr(module, conv) is linear  # the original forward still finds it under its name
+    assert not any(isinstance(m, nn.Conv2d) for m in module.modules())
+    torch.testing.assert_close(output(fused, arch), reference, atol=1e-5, rtol=1e-5)
+
+    built = load(str(write_fused(folder, tmp_path / "fused", {FAMILY: True})))
+    assert built.layout == "fused" and built.fused_modules == [path]
+    torch.testing.assert_close(output(built.model, arch), reference, atol=1e-5, rtol=1e-5)
+    assert assert_round_trip_bitwise(folder, {FAMILY: True}) == n_transforms
+
+
+def test_with_qkv_in_bfloat16(root):
+    folder = checkpoint("clip_vision", root)
+    families = {FAMILY: True, "qkv": True}
+    reference = output(load_plain(str(folder), dtype="bfloat16"), "clip_vision", torch.bfloat16)
+    fused = load(str(folder), families, dtype="bfloat16").model
+    assert (
+        fused.config.fusion_config == families
+        and fused.embeddings.linear_patch_embedding.weight.dtype == torch.bfloat16
+    )
+    torch.testing.assert_close(output(fused, "clip_vision", torch.bfloat16), reference, atol=3e-2, rtol=3e-2)
+
+
+def test_not_claimed_by_the_conv3d_family(root, qwen2_vl_dir):
+    vit = inspect_model(str(checkpoint("vit", root)))
+    assert not vit.discovery("patch_embeddings").matches
+    assert vit.plan({"patch_embeddings": True, FAMILY: True}).patch_mapping  # no conflict
+    qwen = inspect_model(str(qwen2_vl_dir))
+    assert not qwen.discovery(FAMILY).matches and not qwen.discovery(FAMILY).rejected
+
+
+def test_patch_linear_matches_conv2d_on_odd_sizes_and_unbatched():
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 16, kernel_size=(4, 6), stride=(4, 6))
+    linear = PatchLinear.from_conv(conv)
+    for shape in [(2, 3, 16, 18), (1, 3, 17, 23), (3, 4, 6)]:  # exact, remainder dropped, unbatched
+        x = torch.randn(*shape)
+        torch.testing.assert_close(linear(x), conv(x), atol=1e-5, rtol=1e-5)
+
+
+class _Embeddings(nn.Module):
+    def __init__(self, conv: nn.Module):
+        super().__init__()
+        self.patch_embedding = conv
+
+    def forward(self, x):
+        return self.patch_embedding(x).flatten(2).transpose(1, 2)
+
+
+@pytest.mark.parametrize(
+    ("conv", "reason"),
+    [
+        (nn.Conv2d(3, 8, 4, stride=2), "stride (2, 2) != kernel (4, 4)"),
+        (nn.Conv2d(3, 8, 4, stride=4, padding=1), "padding (1, 1) is not zero"),
+        (nn.Conv2d(3, 8, 4, stride=4, dilation=2), "dilation (2, 2) is not 1"),
+        (nn.Conv2d(4, 8, 4, stride=4, groups=2), "groups 2 != 1"),
+    ],
+)
+def test_rejections_say_why(conv, reason):
+    spec = get_family(FAMILY)
+    module = _Embeddings(conv)
+    assert spec.is_candidate("vision.embeddings", module)
+    verdict = spec.check(module)
+    assert not verdict.ok and reason in verdict.reason
+
+
+def test_candidates_need_a_conv2d_child_and_an_embedding_name():
+    spec = get_family(FAMILY)
+    ok = _Embeddings(nn.Conv2d(3, 8, 4, stride=4, padding="valid"))
+    assert spec.is_candidate("embeddings", ok) and spec.check(ok).ok
+    assert not spec.is_candidate("encoder.downsample", ok)  # not named like a patch embedding
+    assert not spec.is_candidate("embeddings", _Embeddings(nn.Conv3d(3, 8, 2, stride=2)))
+    assert not spec.is_candidate("embeddings", nn.Embedding(4, 4))
