@@ -86,9 +86,27 @@ def _llama() -> Any:
     return config, LlamaForCausalLM
 
 
+def _vit() -> Any:
+    # a SigLIP vision tower: a plain ViT (Conv2d patch embedding with padding="valid", q/k/v
+    # attention, no classification head), whose checkpoint keys are the module names
+    from transformers import SiglipVisionConfig, SiglipVisionModel
+
+    config = SiglipVisionConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_channels=3,
+        image_size=32,
+        patch_size=8,
+    )
+    return config, SiglipVisionModel
+
+
 DEMOS: dict[str, Demo] = {
     "qwen2-vl": Demo("qwen2-vl", "tiny Qwen2-VL (vision tower with a Conv3d patch embedding)", _qwen2_vl),
     "llama": Demo("llama", "tiny Llama decoder LM (no patch embedding)", _llama),
+    "vit": Demo("vit", "tiny ViT-style vision encoder (SigLIP vision tower: Conv2d patch embedding)", _vit),
 }
 DEFAULT_DEMO = "qwen2-vl"
 
