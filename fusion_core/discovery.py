@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +75,7 @@ class Discovery:
         return bool(self.matches)
 
 
-_cache: OrderedDict[tuple[str, type, str], Discovery] = OrderedDict()
+_cache: OrderedDict[tuple[str, type, type, str], Discovery] = OrderedDict()
 _cache_lock = threading.Lock()
 _CACHE_SIZE = 256
 
@@ -86,26 +87,41 @@ def discover(
     config: PretrainedConfig | None = None,
     fingerprint: str | None = None,
     model_name: str | None = None,
+    named_modules: Sequence[tuple[str, nn.Module]] | None = None,
 ) -> Discovery:
     """Scan ``model`` (usually on the meta device) for modules ``spec`` can fuse.
+
+    Candidates are the modules whose path matches the spec's patterns; since patching is
+    class-level, every instance of a candidate's class is then checked, wherever it sits.
+    A class with one non-fusable instance is not patched at all, and each of its
+    instances is rejected with a reason naming that instance.
 
     Args:
         model: the model to scan.
         spec: the family.
         config: passed to ``spec.make_transforms``.
-        fingerprint: the config fingerprint; with it, results are cached per
-            (family, model class, fingerprint).
+        fingerprint: the config fingerprint (:attr:`ModelSource.fingerprint`); with it,
+            results are cached per (family, model class, fingerprint), so two configs of
+            one class never share a result.
         model_name: for messages.
+        named_modules: ``list(model.named_modules())`` when the caller already has it
+            (scanning one model for several families).
+
+    Returns:
+        The matches (in model order), the rejections with reasons (sorted by path), the
+        key transforms of the matched modules and, when nothing matched, the spec's
+        empty-result message.
     """
     name = model_name or type(model).__name__
-    key = (spec.name, type(model), fingerprint) if fingerprint else None
+    key = (spec.name, type(spec), type(model), fingerprint) if fingerprint else None
     if key is not None:
         with _cache_lock:
             hit = _cache.get(key)
             if hit is not None:
                 _cache.move_to_end(key)
                 return hit
-    result = _scan(model, spec, config if config is not None else getattr(model, "config", None), name)
+    named = list(model.named_modules()) if named_modules is None else named_modules
+    result = _scan(named, spec, config if config is not None else getattr(model, "config", None), name)
     if key is not None:
         with _cache_lock:
             _cache[key] = result
@@ -115,44 +131,59 @@ def discover(
 
 
 def clear_cache() -> None:
+    """Forget every cached discovery (tests; a family re-registered under the same name)."""
     with _cache_lock:
         _cache.clear()
 
 
-def _scan(model: nn.Module, spec: FusionSpec, config: Any, name: str) -> Discovery:
-    by_class: dict[type, list[tuple[str, nn.Module, str]]] = {}
-    failing: dict[type, tuple[str, str]] = {}
-    rejected: list[Rejection] = []
-    seen: set[int] = set()
-    for path, module in model.named_modules():
-        if id(module) in seen or not spec.is_candidate(path, module):
+def _scan(named: Sequence[tuple[str, nn.Module]], spec: FusionSpec, config: Any, name: str) -> Discovery:
+    # 1. candidates by name, decided by the spec
+    verdicts: dict[int, Any] = {}
+    candidate_classes: list[type] = []
+    for path, module in named:
+        if not spec.is_candidate(path, module):
             continue
-        seen.add(id(module))
-        cls = type(module)
-        verdict = spec.check(module)
-        if verdict.ok:
-            by_class.setdefault(cls, []).append((path, module, verdict.reason))
-        else:
-            rejected.append(Rejection(path, cls.__name__, verdict.reason))
-            failing.setdefault(cls, (path, verdict.reason))
+        verdicts[id(module)] = spec.check(module)
+        if type(module) not in candidate_classes:
+            candidate_classes.append(type(module))
+    # 2. patching is class-level: every instance of a candidate class is replaced, also one
+    # whose name the patterns do not select, so every instance is checked.
+    instances: dict[type, list[tuple[str, nn.Module, Any]]] = {cls: [] for cls in candidate_classes}
+    order: dict[str, int] = {}
+    for path, module in named:
+        items = instances.get(type(module))
+        if items is None:
+            continue
+        verdict = verdicts.get(id(module))
+        if verdict is None:
+            verdict = verdicts[id(module)] = spec.check(module)
+        items.append((path, module, verdict))
+        order[path] = len(order)
     matches: list[Match] = []
+    rejected: list[Rejection] = []
     modules: dict[str, nn.Module] = {}
-    for cls, items in by_class.items():
-        if cls in failing:
-            bad_path, bad_reason = failing[cls]
-            for path, _module, _reason in items:
+    for cls, items in instances.items():
+        bad = [(path, v) for path, _m, v in items if not v.ok]
+        if not bad:
+            fused = spec.fused_class(cls)
+            for path, module, verdict in items:
+                matches.append(Match(path, cls, fused, verdict.reason))
+                modules[path] = module
+            continue
+        bad_path, bad_verdict = bad[0]
+        for path, _module, verdict in items:
+            if not verdict.ok:
+                rejected.append(Rejection(path, cls.__name__, verdict.reason))
+            else:
                 rejected.append(
                     Rejection(
                         path,
                         cls.__name__,
-                        f"class {cls.__name__} is not patched: its instance {bad_path} is not fusable ({bad_reason})",
+                        f"class {cls.__name__} is not patched: its instance {bad_path or '(root)'} "
+                        f"is not fusable ({bad_verdict.reason})",
                     )
                 )
-            continue
-        fused = spec.fused_class(cls)
-        for path, module, reason in items:
-            matches.append(Match(path, cls, fused, reason))
-            modules[path] = module
+    matches.sort(key=lambda m: order[m.path])
     rejected.sort(key=lambda r: r.path)
     transforms = spec.make_transforms(config, modules) if modules else []
     return Discovery(

@@ -94,16 +94,18 @@ class CheckpointTransform:
                 t.inverse_op,
             )
         out = []
-        for i, key in enumerate(src):
-            j = min(i, len(dst) - 1)
+        # one row per key of the larger side: a concat shows each source going into the
+        # one target, a split (its reverse) the one source coming out as each target
+        for i in range(max(len(src), len(dst))):
+            a, b = min(i, len(src) - 1), min(i, len(dst) - 1)
             out.append(
                 {
                     "family": t.family,
-                    "source_key": key,
-                    "source_shape": list(src_shapes[i]),
+                    "source_key": src[a],
+                    "source_shape": list(src_shapes[a]),
                     "dtype": self.dtype,
-                    "target_key": dst[j],
-                    "target_shape": list(dst_shapes[j]),
+                    "target_key": dst[b],
+                    "target_shape": list(dst_shapes[b]),
                     "op": op,
                 }
             )
@@ -161,25 +163,33 @@ class FusionPlan:
     def rows(self, direction: str = "load") -> list[dict[str, Any]]:
         return [row for ct in self.checkpoint_transforms for row in ct.rows(direction)]
 
-    def key_map(self, direction: str = "load") -> dict[str, str]:
-        """Checkpoint key -> key in the other layout, for every transformed key."""
-        out: dict[str, str] = {}
+    def key_map(self, direction: str = "load") -> dict[str, tuple[str, ...]]:
+        """Checkpoint key -> the key(s) it becomes in the other layout, for every transformed key.
+
+        Args:
+            direction: ``"load"`` (original -> fused: q, k, v -> (qkv,)) or ``"save"``
+                (fused -> original: qkv -> (q, k, v)).
+        """
+        out: dict[str, tuple[str, ...]] = {}
         for ct in self.checkpoint_transforms:
             src, dst = (ct.source_keys, ct.target_keys) if direction == "load" else (ct.target_keys, ct.source_keys)
-            for i, key in enumerate(src):
-                out[key] = dst[min(i, len(dst) - 1)]
+            for key in src:
+                out[key] = tuple(dst)
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """Stable JSON data (``fusion-core plan --json``; schema in docs/cli-json.md)."""
+        mapping = self.patch_mapping
+        names = _class_names(mapping)
         return {
             "model": self.model,
             "model_class": self.model_class,
             "fusion_config": self.fusion_config,
             "families": [f.to_dict() for f in self.families],
-            "patch_mapping": {o.__name__: f.__name__ for o, f in self.patch_mapping.items()},
+            "patch_mapping": {names[o]: f.__name__ for o, f in mapping.items()},
             "patch_mapping_modules": {
-                o.__name__: [m.path for fam in self.families for m in fam.discovery.matches if m.original_class is o]
-                for o in self.patch_mapping
+                names[o]: [m.path for fam in self.families for m in fam.discovery.matches if m.original_class is o]
+                for o in mapping
             },
             "has_checkpoint": self.has_checkpoint,
             "checkpoint_layout": self.layout,
@@ -187,6 +197,14 @@ class FusionPlan:
             "reverse_transforms": self.rows("save"),
             "messages": self.messages,
         }
+
+
+def _class_names(mapping: Mapping[type, type]) -> dict[type, str]:
+    """Class names for JSON keys: the bare name, or module.qualname where two classes share one."""
+    counts: dict[str, int] = {}
+    for cls in mapping:
+        counts[cls.__name__] = counts.get(cls.__name__, 0) + 1
+    return {c: c.__name__ if counts[c.__name__] == 1 else f"{c.__module__}.{c.__qualname__}" for c in mapping}
 
 
 class Inspection:
@@ -232,14 +250,17 @@ class Inspection:
         transforms: list[KeyTransform] = []
         owner: dict[str, str] = {}
         claimed_modules: dict[str, str] = {}
+        claimed_classes: dict[type, str] = {}
         for fam in fams:
             for m in fam.discovery.matches:
-                other = claimed_modules.get(m.path)
+                other = claimed_modules.get(m.path) or claimed_classes.get(m.original_class)
                 if other is not None and other != fam.name:
                     raise FamilyConflictError(
-                        f"fusions {other!r} and {fam.name!r} both replace module {m.path}; enable only one of them"
+                        f"fusions {other!r} and {fam.name!r} both replace module {m.path} "
+                        f"(class {m.original_class.__name__}); enable only one of them"
                     )
                 claimed_modules[m.path] = fam.name
+                claimed_classes[m.original_class] = fam.name
             for t in fam.discovery.transforms:
                 for key in t.sources:
                     other = owner.get(key)
@@ -302,11 +323,24 @@ class KeyMatcher:
         if model_key in self.keys:
             return model_key, "", ""
         found = []
-        for k in self._by_tail.get(_tail(model_key), []):
+        candidates = self._by_tail.get(_tail(model_key), [])
+        for k in candidates:
             if model_key.endswith("." + k):
                 found.append((k, model_key[: len(model_key) - len(k)], ""))
             elif k.endswith("." + model_key):
                 found.append((k, "", k[: len(k) - len(model_key)]))
+        if not found and len(candidates) == 1:
+            # a prefix renamed in the middle (omni models save ``thinker.visual.`` for the
+            # model's ``thinker.model.visual.``): both keys share a dotted suffix, and the
+            # differing prefixes swap; only when the tail names a single checkpoint key
+            k = candidates[0]
+            m_parts, k_parts = model_key.split("."), k.split(".")
+            n = 0
+            while n < min(len(m_parts), len(k_parts)) and m_parts[-1 - n] == k_parts[-1 - n]:
+                n += 1
+            strip = ".".join(m_parts[: len(m_parts) - n])
+            add = ".".join(k_parts[: len(k_parts) - n])
+            found.append((k, strip + "." if strip else "", add + "." if add else ""))
         return found[0] if len(found) == 1 else None
 
     @staticmethod
