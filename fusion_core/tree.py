@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,16 +17,20 @@ if TYPE_CHECKING:
 # A meta model beyond this many modules is refused: building it would take minutes and
 # gigabytes even without weights (a hostile or broken config).
 MAX_MODULES = 200_000
-_build_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A parameter or buffer: its name (relative to the module), shape and dtype."""
+    """A parameter or buffer: its name (relative to the module), shape and dtype.
+
+    ``tied_to`` is the full dotted name of the first owner when the tensor is shared
+    (tied embeddings): it is listed under each owner but counted once, at the first.
+    """
 
     name: str
     shape: tuple[int, ...]
     dtype: str
+    tied_to: str | None = None
 
     @property
     def numel(self) -> int:
@@ -70,23 +73,42 @@ class ModuleNode:
             stack.extend(reversed(node.children))
 
     def to_dict(self, depth: int | None = None) -> dict[str, Any]:
+        """Plain data for JSON (``fusion-core tree --json``, see docs/cli-json.md).
+
+        Args:
+            depth: levels of children to include below this node (None: all). A node
+                whose children are cut off has ``"children": null`` (unknown), a leaf ``[]``.
+        """
         data: dict[str, Any] = {
             "path": self.path,
+            "name": self.name,
             "class": self.class_name,
+            "class_qualname": self.class_qualname,
             "kind": self.kind,
-            "params": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype} for p in self.params],
-            "buffers": [{"name": b.name, "shape": list(b.shape), "dtype": b.dtype} for b in self.buffers],
+            "params": [_tensor_dict(p) for p in self.params],
+            "buffers": [_tensor_dict(b) for b in self.buffers],
             "own_params": self.own_params,
             "total_params": self.total_params,
             "same_class_count": self.same_class_count,
         }
         if depth is None or depth > 0:
             data["children"] = [c.to_dict(None if depth is None else depth - 1) for c in self.children]
+        else:
+            data["children"] = None if self.children else []
         return data
+
+
+def _tensor_dict(t: TensorSpec) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
+    if t.tied_to is not None:
+        data["tied_to"] = t.tied_to
+    return data
 
 
 @dataclass
 class ModuleTree:
+    """The whole tree: root node, nodes by dotted path, instance counts per class."""
+
     root: ModuleNode
     by_path: dict[str, ModuleNode]
     class_counts: dict[str, int]
@@ -103,13 +125,18 @@ class ModuleTree:
 def build_meta_model(source: ModelSource) -> nn.Module:
     """Instantiate ``source``'s model class on the meta device (no memory for weights).
 
+    Built under the patching lock, so a scoped patch running in another thread never
+    leaks fused classes into this plain model.
+
     Raises:
         ModelSourceError: the class cannot be built from this config.
     """
     import torch
 
+    from .patching import patch_lock
+
     config = source.config
-    with _build_lock, torch.device("meta"):
+    with patch_lock(), torch.device("meta"):
         try:
             model = source.model_class(config)
         except Exception as e:
@@ -158,30 +185,43 @@ def _dtype_name(t: Any) -> str:
 
 
 def module_tree(model: nn.Module) -> ModuleTree:
-    """Export ``model``'s module hierarchy as plain :class:`ModuleNode` data."""
+    """Export ``model``'s module hierarchy as plain :class:`ModuleNode` data.
+
+    Every module path is a node, also when one module object is reachable under two
+    paths; shared (tied) parameters are listed under each owner and counted once.
+
+    Raises:
+        ModelSourceError: the model has more than ``MAX_MODULES`` modules.
+    """
     t0 = time.perf_counter()
     by_path: dict[str, ModuleNode] = {}
-    counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter()  # distinct module objects per class
+    seen: set[int] = set()
+    owner: dict[int, str] = {}  # id(tensor) -> full name of its first owner
     for path, module in model.named_modules(remove_duplicate=False):
         if len(by_path) >= MAX_MODULES:
             raise ModelSourceError(f"the model has more than {MAX_MODULES} modules; refusing to show it")
+        if path in by_path:
+            continue
         cls = type(module)
-        counts[f"{cls.__module__}.{cls.__qualname__}"] += 1
-        params = [TensorSpec(n, tuple(p.shape), _dtype_name(p)) for n, p in module.named_parameters(recurse=False)]
-        buffers = [TensorSpec(n, tuple(b.shape), _dtype_name(b)) for n, b in module.named_buffers(recurse=False)]
+        qualname = f"{cls.__module__}.{cls.__qualname__}"
+        if id(module) not in seen:
+            seen.add(id(module))
+            counts[qualname] += 1
+        prefix = f"{path}." if path else ""
+        params = [_spec(n, p, prefix, owner) for n, p in module._parameters.items() if p is not None]
+        buffers = [_spec(n, b, prefix, owner) for n, b in module._buffers.items() if b is not None]
         node = ModuleNode(
             path=path,
-            name=path.rsplit(".", 1)[-1] if path else type(model).__name__,
+            name=path.rsplit(".", 1)[-1] if path else cls.__name__,
             class_name=cls.__name__,
-            class_qualname=f"{cls.__module__}.{cls.__qualname__}",
+            class_qualname=qualname,
             module_name=cls.__module__,
             kind=_kind(module),
             params=params,
             buffers=buffers,
-            own_params=sum(p.numel for p in params),
+            own_params=sum(p.numel for p in params if p.tied_to is None),
         )
-        if path in by_path:  # a module reachable under two names (shared); keep the first
-            continue
         by_path[path] = node
         if path:
             parent = by_path.get(path.rsplit(".", 1)[0] if "." in path else "")
@@ -193,6 +233,12 @@ def module_tree(model: nn.Module) -> ModuleTree:
     for node in by_path.values():
         node.same_class_count = counts[node.class_qualname]
     return ModuleTree(root, by_path, dict(counts), time.perf_counter() - t0)
+
+
+def _spec(name: str, tensor: Any, prefix: str, owner: dict[int, str]) -> TensorSpec:
+    full = prefix + name
+    first = owner.setdefault(id(tensor), full)
+    return TensorSpec(name, tuple(tensor.shape), _dtype_name(tensor), None if first == full else first)
 
 
 def _totals(root: ModuleNode) -> None:
