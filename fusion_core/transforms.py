@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -46,9 +46,24 @@ class KeyTransform:
     def describe(self) -> str:
         return f"{self.op}: {', '.join(self.sources)} -> {', '.join(self.targets)}"
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: family, op, inverse op, source and target keys."""
+        return {
+            "family": self.family,
+            "op": self.op,
+            "inverse_op": self.inverse_op,
+            "sources": list(self.sources),
+            "targets": list(self.targets),
+        }
+
     def _check_count(self, items: Sequence[object], keys: tuple[str, ...]) -> None:
         if len(items) != len(keys):
             raise ValueError(f"{self.op} expects {len(keys)} tensor(s) for {keys}, got {len(items)}")
+
+
+def _one_to_one(t: KeyTransform) -> None:
+    if len(t.sources) != 1 or len(t.targets) != 1:
+        raise ValueError(f"{type(t).__name__} maps one key to one key, got {t.sources} -> {t.targets}")
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,9 @@ class Rename(KeyTransform):
 
     op = "rename"
     inverse_op = "rename"
+
+    def __post_init__(self) -> None:
+        _one_to_one(self)
 
     def forward_shapes(self, shapes: Sequence[Shape]) -> list[Shape]:
         return [tuple(shapes[0])]
@@ -95,6 +113,7 @@ class Reshape(KeyTransform):
         return self.inverse_name
 
     def __post_init__(self) -> None:
+        _one_to_one(self)
         if math.prod(self.source_shape) != math.prod(self.target_shape):
             raise ValueError(f"cannot reshape {self.source_shape} into {self.target_shape}")
 
@@ -131,6 +150,22 @@ class Concat(KeyTransform):
 
     op = "concat"
     inverse_op = "split"
+
+    def __post_init__(self) -> None:
+        # an invalid group would only fail later, mid-export: refuse it when it is made
+        if len(self.targets) != 1:
+            raise ValueError(f"concat has one target key, got {self.targets}")
+        if len(self.source_shapes) != len(self.sources) or not self.sources:
+            raise ValueError(f"concat needs one shape per source key: {self.sources} vs {self.source_shapes}")
+        ranks = {len(s) for s in self.source_shapes}
+        if len(ranks) != 1 or not -min(ranks) <= self.dim < min(ranks):
+            raise ValueError(
+                f"concat along dim {self.dim} of shapes {self.source_shapes}: ranks differ or dim out of range"
+            )
+        dim = self.dim % min(ranks)
+        rest = {tuple(d for i, d in enumerate(s) if i != dim) for s in self.source_shapes}
+        if len(rest) != 1:
+            raise ValueError(f"concat along dim {self.dim}: shapes {self.source_shapes} differ in another dimension")
 
     @property
     def sizes(self) -> list[int]:
