@@ -133,7 +133,7 @@ def plain_config(config: Any) -> Any:
     return config
 
 
-def _resolve(source: ModelSource | str, trust_remote_code: bool) -> ModelSource:
+def resolve_source(source: ModelSource | str, trust_remote_code: bool) -> ModelSource:
     from .sources import resolve
 
     if isinstance(source, str):
@@ -141,7 +141,7 @@ def _resolve(source: ModelSource | str, trust_remote_code: bool) -> ModelSource:
     return source
 
 
-def _require_weights(source: ModelSource) -> None:
+def require_weights(source: ModelSource) -> None:
     if source.checkpoint is None or source.folder is None:
         raise LoadError(
             f"{source.name}: no weights (config only); loading needs a folder with model.safetensors "
@@ -226,8 +226,33 @@ def check_shapes(insp: Inspection, plan: FusionPlan) -> None:
         )
 
 
+def weights_loader(cls: type) -> tuple[Any, str]:
+    """The ``from_pretrained`` to call for ``cls``, and a note when it is not the class's own.
+
+    A few classes override ``from_pretrained`` to load more than weights after the fact
+    (Qwen2.5-Omni: speaker presets from a pickle, required to exist, and it cannot return a
+    loading report). The weights are the same either way; we use the base implementation.
+    """
+    from transformers import PreTrainedModel
+
+    base = PreTrainedModel.from_pretrained.__func__  # type: ignore[attr-defined]
+    own = getattr(cls.from_pretrained, "__func__", None)
+    if own is None or own is base or not issubclass(cls, PreTrainedModel):
+        return cls.from_pretrained, ""
+    note = (
+        f"{cls.__name__} overrides from_pretrained to load extra files; the weights were loaded with "
+        "PreTrainedModel.from_pretrained, the extras were not"
+    )
+    return base.__get__(cls, cls), note
+
+
 def from_pretrained(
-    source: ModelSource, config: Any, dtype: torch.dtype, *, state_dict: dict[str, Any] | None = None
+    source: ModelSource,
+    config: Any,
+    dtype: torch.dtype,
+    *,
+    state_dict: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
 ) -> nn.Module:
     """``from_pretrained`` with ``output_loading_info``; any key problem is a :class:`LoadError`.
 
@@ -238,11 +263,14 @@ def from_pretrained(
     kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "output_loading_info": True}
     if source.trust_remote_code:
         kwargs["trust_remote_code"] = True
+    loader, note = weights_loader(cls)
+    if note and notes is not None:
+        notes.append(note)
     try:
         if state_dict is None:
-            model, info = cls.from_pretrained(str(source.folder), **kwargs)
+            model, info = loader(str(source.folder), **kwargs)
         else:
-            model, info = cls.from_pretrained(None, state_dict=state_dict, **kwargs)
+            model, info = loader(None, state_dict=state_dict, **kwargs)
     except (OSError, RuntimeError, ValueError, KeyError) as e:
         if isinstance(e, CheckpointError):
             raise
@@ -301,8 +329,8 @@ def iter_load(
     wanted = torch_dtype(dtype)
     dtype_name = str(wanted).removeprefix("torch.")
     yield Progress(0, 4, "opening model")
-    src = _resolve(source, trust_remote_code)
-    _require_weights(src)
+    src = resolve_source(source, trust_remote_code)
+    require_weights(src)
     if fusion_config is None:
         fusion_config = getattr(src.config, "fusion_config", None)
     insp = inspect_model(src)
@@ -314,12 +342,13 @@ def iter_load(
     total = 3 + len(matched)
     yield Progress(1, total, f"loading weights ({layout} layout)")
     config = plain_config(src.config)
+    notes = list(plan.messages)
     if layout == "fused":
         # fused classes exist only while the skeleton is built and filled; never across a yield
         with scoped_patch(plan.patch_mapping):
-            model = from_pretrained(src, config, wanted)
+            model = from_pretrained(src, config, wanted, notes=notes)
     else:
-        model = from_pretrained(src, config, wanted)
+        model = from_pretrained(src, config, wanted, notes=notes)
     fused: list[str] = []
     for i, (match, family) in enumerate(matched):
         yield Progress(2 + i, total, f"fusing {match.path}")
@@ -346,7 +375,7 @@ def iter_load(
         seconds=seconds,
         peak_rss_mb=peak_rss_mb(),
         device=str(device),
-        messages=list(plan.messages),
+        messages=notes,
     )
 
 
@@ -389,8 +418,8 @@ def load_plain(
     from .plan import inspect_model
 
     wanted = torch_dtype(dtype)
-    src = _resolve(source, trust_remote_code)
-    _require_weights(src)
+    src = resolve_source(source, trust_remote_code)
+    require_weights(src)
     config = plain_config(src.config)
     insp = inspect_model(src)
     own = getattr(src.config, "fusion_config", None)

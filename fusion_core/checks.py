@@ -1,0 +1,517 @@
+"""Inference checks: fused vs original, per fused module and end to end, error and speed.
+
+The original model (:func:`fusion_core.loading.load_plain`) runs on seeded synthetic
+inputs of the right kind (:mod:`fusion_core.inputs`); forward pre-hooks capture the real
+inputs of every module to be fused. Each fused module of the fused model
+(:func:`fusion_core.loading.load`) then runs on exactly those inputs next to its original,
+and the whole fused model runs on the same synthetic inputs. Errors are judged against a
+tolerance by dtype; timings are medians over repeated, interleaved runs.
+
+Upstream parity (transformers' own ``fusion_config``) is reported alongside, computed in a
+separate process (:mod:`fusion_core.upstream`); it is information, never a failure of ours.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import CheckError
+from .loading import iter_load, load_plain, torch_dtype
+from .progress import CancelToken, Progress, ProgressCallback, drive
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from .plan import FusionConfig
+    from .sources import ModelSource
+    from .upstream import UpstreamReport
+
+# (atol, rtol): pass when max |fused - original| <= atol + rtol * max |original|.
+# float32: a reshape-only fusion differs only by summation order. bfloat16/float16: the
+# Conv and the GEMM round differently (bf16 has 8 mantissa bits, fp16 11), and the
+# differences grow through the layers after the patch embedding.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float32": (1e-5, 1e-5),
+    "bfloat16": (2e-2, 3e-2),
+    "float16": (2e-3, 4e-3),
+}
+_MAIN_OUTPUTS = ("logits", "last_hidden_state", "logits_per_video", "logits_per_image", "pooler_output")
+
+
+@dataclass
+class Comparison:
+    """Fused vs original outputs, against the tolerance of the dtype."""
+
+    max_abs_diff: float
+    max_rel_diff: float  # max |diff| / max |original|
+    atol: float
+    rtol: float
+    shape: list[int]
+    max_original: float = 0.0  # max |original|, the scale the relative tolerance applies to
+    note: str = ""
+
+    @property
+    def passed(self) -> bool:
+        # NaN compares False: a NaN difference fails
+        return self.max_abs_diff <= self.atol + self.rtol * self.max_original
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_abs_diff": self.max_abs_diff,
+            "max_rel_diff": self.max_rel_diff,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "shape": self.shape,
+            "max_original": self.max_original,
+            "passed": self.passed,
+            "note": self.note,
+        }
+
+
+@dataclass
+class Timing:
+    original_ms: float
+    fused_ms: float
+    repeats: int
+
+    @property
+    def speedup(self) -> float:
+        return self.original_ms / self.fused_ms if self.fused_ms > 0 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "original_ms": round(self.original_ms, 4),
+            "fused_ms": round(self.fused_ms, 4),
+            "speedup": round(self.speedup, 3),
+            "repeats": self.repeats,
+        }
+
+
+@dataclass
+class ModuleCheck:
+    """One fused module vs its original, on the inputs captured in the original run."""
+
+    path: str
+    family: str
+    original_class: str
+    fused_class: str
+    input_shapes: list[list[int]] = field(default_factory=list)
+    comparison: Comparison | None = None
+    timing: Timing | None = None
+    error: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not self.error and self.comparison is not None and self.comparison.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.path,
+            "family": self.family,
+            "original_class": self.original_class,
+            "fused_class": self.fused_class,
+            "input_shapes": self.input_shapes,
+            "comparison": self.comparison.to_dict() if self.comparison else None,
+            "timing": self.timing.to_dict() if self.timing else None,
+            "passed": self.passed,
+            "error": self.error,
+        }
+
+
+@dataclass
+class EndToEndCheck:
+    """The whole model (or its entry submodule) fused vs original on the synthetic inputs."""
+
+    entry: str
+    output: str
+    input_kind: str
+    input_shapes: dict[str, list[int]]
+    comparison: Comparison
+    timing: Timing
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.comparison.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entry": self.entry or "(model)",
+            "output": self.output,
+            "input_kind": self.input_kind,
+            "input_shapes": self.input_shapes,
+            "comparison": self.comparison.to_dict(),
+            "timing": self.timing.to_dict(),
+            "passed": self.passed,
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class CheckResult:
+    """Everything a check measured; ``passed`` covers our checks only (not upstream)."""
+
+    model: str
+    model_class: str
+    fusion_config: dict[str, Any]
+    dtype: str
+    device: str
+    repeats: int
+    seed: int
+    tolerance: dict[str, Any]
+    modules: list[ModuleCheck] = field(default_factory=list)
+    end_to_end: EndToEndCheck | None = None
+    upstream: UpstreamReport | None = None
+    load: dict[str, Any] | None = None
+    nothing_to_fuse: bool = False
+    messages: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        if self.nothing_to_fuse:
+            return True
+        e2e = self.end_to_end is None or self.end_to_end.passed
+        return bool(self.modules) and all(m.passed for m in self.modules) and e2e
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "model_class": self.model_class,
+            "fusion_config": self.fusion_config,
+            "dtype": self.dtype,
+            "device": self.device,
+            "repeats": self.repeats,
+            "seed": self.seed,
+            "tolerance": self.tolerance,
+            "passed": self.passed,
+            "nothing_to_fuse": self.nothing_to_fuse,
+            "modules": [m.to_dict() for m in self.modules],
+            "end_to_end": self.end_to_end.to_dict() if self.end_to_end else None,
+            "upstream": self.upstream.to_dict() if self.upstream else None,
+            "load": self.load,
+            "messages": self.messages,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def compare(original: Any, fused: Any, dtype: str) -> Comparison:
+    """Max abs / relative difference of two tensors (or nests of them), judged for ``dtype``."""
+    import torch
+
+    a_list, b_list = tensors_of(original), tensors_of(fused)
+    atol, rtol = TOLERANCES.get(dtype, TOLERANCES["float32"])
+    if len(a_list) != len(b_list) or any(a.shape != b.shape for a, b in zip(a_list, b_list)):
+        shapes = ([list(t.shape) for t in a_list], [list(t.shape) for t in b_list])
+        return Comparison(float("nan"), float("nan"), atol, rtol, [], note=f"outputs differ in structure: {shapes}")
+    max_abs, max_ref, note = 0.0, 0.0, ""
+    for a, b in zip(a_list, b_list):
+        a64, b64 = a.detach().double().cpu(), b.detach().double().cpu()
+        nan_a, nan_b = torch.isnan(a64), torch.isnan(b64)
+        if not torch.equal(nan_a, nan_b):
+            return Comparison(float("nan"), float("nan"), atol, rtol, list(a.shape), note="NaN in one output only")
+        if nan_a.any():
+            note = "NaN at the same positions in both outputs (ignored)"
+        ok = ~nan_a
+        if ok.any():
+            max_abs = max(max_abs, (a64[ok] - b64[ok]).abs().max().item())
+            max_ref = max(max_ref, a64[ok].abs().max().item())
+    rel = max_abs / max_ref if max_ref > 0 else (0.0 if max_abs == 0 else float("inf"))
+    return Comparison(max_abs, rel, atol, rtol, list(a_list[0].shape) if a_list else [], max_ref, note)
+
+
+def tensors_of(value: Any) -> list[Any]:
+    """Every tensor in ``value`` (a tensor, tuple/list, dict or ModelOutput), in order."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in tensors_of(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors_of(v)]
+    return []
+
+
+def main_output(output: Any) -> tuple[str, Any]:
+    """The main output tensor of a model call (logits, last hidden state, ...) and its name."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return "output", output
+    if isinstance(output, dict):
+        for name in _MAIN_OUTPUTS:
+            if isinstance(output.get(name), torch.Tensor):
+                return name, output[name]
+        for name, value in output.items():
+            if isinstance(value, torch.Tensor):
+                return str(name), value
+    found = tensors_of(output)
+    if not found:
+        raise CheckError("the model returned no tensor to compare")
+    return "output[0]", found[0]
+
+
+def median_ms(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
+    times = []
+    for _ in range(max(1, repeats)):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def _timing(run_a: Callable[[], Any], run_b: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> Timing:
+    # one warm-up each, then interleaved blocks so that drift hits both sides alike
+    run_a(), run_b()
+    a, b = [], []
+    for _ in range(max(1, repeats)):
+        a.append(median_ms(run_a, 1, sync))
+        b.append(median_ms(run_b, 1, sync))
+    return Timing(statistics.median(a), statistics.median(b), max(1, repeats))
+
+
+def _sync_for(device: str) -> Callable[[], None]:
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def _clone(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, tuple):
+        return tuple(_clone(v) for v in value)
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    return value
+
+
+def _shapes(args: tuple, kwargs: dict) -> list[list[int]]:
+    return [list(t.shape) for t in tensors_of(list(args) + list(kwargs.values()))]
+
+
+def capture_and_run(
+    model: nn.Module, paths: list[str], seed: int, device: str
+) -> tuple[Any, dict[str, tuple[tuple, dict]], Any]:
+    """Run ``model`` on the first candidate inputs it accepts, capturing each path's first inputs.
+
+    Returns:
+        (the accepted :class:`~fusion_core.inputs.ModelInputs`, path -> (args, kwargs), output)
+
+    Raises:
+        CheckError: no candidate input runs, naming each attempt's error.
+    """
+    import torch
+
+    from .inputs import candidate_inputs
+
+    captured: dict[str, tuple[tuple, dict]] = {}
+
+    def hook_for(path: str) -> Callable[..., None]:
+        def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+            if path not in captured:
+                captured[path] = (_clone(args), _clone(kwargs))
+
+        return hook
+
+    handles = [model.get_submodule(p).register_forward_pre_hook(hook_for(p), with_kwargs=True) for p in paths]
+    errors = []
+    try:
+        try:
+            candidates = list(candidate_inputs(model, paths, seed=seed))
+        except ValueError as e:
+            raise CheckError(f"{type(model).__name__}: {e}") from e
+        for inputs in candidates:
+            captured.clear()
+            inputs.kwargs = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.kwargs.items()}
+            entry = model.get_submodule(inputs.entry) if inputs.entry else model
+            try:
+                with torch.inference_mode():
+                    output = entry(**inputs.kwargs)
+            except Exception as e:  # a candidate the model does not accept: try the next
+                errors.append(f"{inputs.kind} inputs: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                continue
+            return inputs, dict(captured), output
+    finally:
+        for h in handles:
+            h.remove()
+    raise CheckError(f"{type(model).__name__}: no synthetic input it accepts ({'; '.join(errors)})")
+
+
+def iter_check(
+    source: ModelSource | str,
+    fusion_config: FusionConfig | None = None,
+    *,
+    dtype: str = "float32",
+    repeats: int = 5,
+    upstream: bool = True,
+    device: str = "cpu",
+    seed: int = 0,
+    trust_remote_code: bool = False,
+) -> Generator[Progress, None, CheckResult]:
+    """Check ``source`` fused with ``fusion_config`` against the original, as a progress generator.
+
+    Args:
+        source: a model spec or resolved source with weights.
+        fusion_config: families to check (``None``: the config's own ``fusion_config``).
+        dtype: ``float32``, ``bfloat16`` or ``float16``; sets the tolerance (see :data:`TOLERANCES`).
+        repeats: timed runs per side (medians are reported).
+        upstream: also load through transformers' own fusion in a separate process.
+        device: where both models run.
+        seed: seed of the synthetic inputs.
+        trust_remote_code: see :func:`fusion_core.sources.resolve`.
+
+    Returns:
+        A :class:`CheckResult`; ``result.passed`` says whether every check of ours passed.
+
+    Raises:
+        CheckError: no synthetic input fits the model.
+        LoadError, CheckpointError, ModelSourceError, UsageError: from loading.
+    """
+    from .loading import require_weights, resolve_source
+    from .plan import inspect_model
+
+    t0 = time.perf_counter()
+    dtype_name = str(torch_dtype(dtype)).removeprefix("torch.")
+    yield Progress(0, 6, "opening model")
+    src = resolve_source(source, trust_remote_code)
+    require_weights(src)
+    if fusion_config is None:
+        fusion_config = getattr(src.config, "fusion_config", None)
+    plan = inspect_model(src).plan(fusion_config)
+    atol, rtol = TOLERANCES[dtype_name]
+    result = CheckResult(
+        model=src.name,
+        model_class=src.model_class.__name__,
+        fusion_config=plan.fusion_config,
+        dtype=dtype_name,
+        device=str(device),
+        repeats=repeats,
+        seed=seed,
+        tolerance={"atol": atol, "rtol": rtol, "rule": "max|fused-original| <= atol + rtol * max|original|"},
+        messages=list(plan.messages),
+    )
+    if not plan.matched_paths:
+        result.nothing_to_fuse = True
+        result.messages.append(f"nothing to fuse in {src.model_class.__name__}: no check to run")
+        result.seconds = time.perf_counter() - t0
+        return result
+    yield Progress(1, 6, "loading the fused model")
+    loaded = yield from _relay(iter_load(src, fusion_config, dtype=dtype_name, device=device), 1, 6)
+    result.load = loaded.report()
+    yield Progress(2, 6, "loading the original model")
+    original = load_plain(src, dtype=dtype_name, device=device)
+    paths = list(loaded.fused_modules)
+    yield Progress(3, 6, "running the original model on synthetic inputs")
+    inputs, captured, out_original = capture_and_run(original, paths, seed, device)
+    sync = _sync_for(device)
+    fused = loaded.model
+    for path in paths:
+        yield Progress(4, 6, f"checking {path}")
+        result.modules.append(_check_module(path, plan, original, fused, captured.get(path), dtype_name, repeats, sync))
+    yield Progress(5, 6, "end to end")
+    result.end_to_end = _check_end_to_end(inputs, original, fused, out_original, dtype_name, repeats, sync)
+    if upstream:
+        yield Progress(5, 6, "upstream parity (separate process)")
+        from .upstream import run_upstream
+
+        result.upstream = run_upstream(src, plan, dtype_name, seed, result)
+    result.seconds = time.perf_counter() - t0
+    yield Progress(6, 6, "checked")
+    return result
+
+
+def _relay(gen: Generator[Progress, None, Any], stage: int, total: int) -> Generator[Progress, None, Any]:
+    """Re-yield a sub-operation's steps as messages of one stage of this one."""
+    while True:
+        try:
+            step = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        yield Progress(stage, total, step.message)
+
+
+def _check_module(
+    path: str,
+    plan: Any,
+    original: nn.Module,
+    fused: nn.Module,
+    inputs: tuple[tuple, dict] | None,
+    dtype: str,
+    repeats: int,
+    sync: Callable[[], None],
+) -> ModuleCheck:
+    import torch
+
+    mod_o, mod_f = original.get_submodule(path), fused.get_submodule(path)
+    check = ModuleCheck(path, plan.matched_paths[path], type(mod_o).__name__, type(mod_f).__name__)
+    if inputs is None:
+        check.error = "not called when the model ran on the synthetic inputs: not verified"
+        return check
+    args, kwargs = inputs
+    check.input_shapes = _shapes(args, kwargs)
+    with torch.inference_mode():
+        out_o = mod_o(*args, **kwargs)
+        out_f = mod_f(*args, **kwargs)
+        check.comparison = compare(out_o, out_f, dtype)
+        check.timing = _timing(lambda: mod_o(*args, **kwargs), lambda: mod_f(*args, **kwargs), repeats, sync)
+    return check
+
+
+def _check_end_to_end(
+    inputs: Any, original: nn.Module, fused: nn.Module, out_original: Any, dtype: str, repeats: int, sync: Callable
+) -> EndToEndCheck:
+    import torch
+
+    entry_o = original.get_submodule(inputs.entry) if inputs.entry else original
+    entry_f = fused.get_submodule(inputs.entry) if inputs.entry else fused
+    with torch.inference_mode():
+        out_fused = entry_f(**inputs.kwargs)
+        name, main_o = main_output(out_original)
+        _, main_f = main_output(out_fused)
+        comparison = compare(main_o, main_f, dtype)
+        timing = _timing(lambda: entry_o(**inputs.kwargs), lambda: entry_f(**inputs.kwargs), repeats, sync)
+    notes = list(inputs.notes)
+    if inputs.entry:
+        notes.append(f"{type(original).__name__} has no forward of its own; ran its submodule {inputs.entry}")
+    return EndToEndCheck(inputs.entry, name, inputs.kind, inputs.shapes(), comparison, timing, notes)
+
+
+def check(
+    source: ModelSource | str,
+    fusion_config: FusionConfig | None = None,
+    *,
+    dtype: str = "float32",
+    repeats: int = 5,
+    upstream: bool = True,
+    device: str = "cpu",
+    seed: int = 0,
+    trust_remote_code: bool = False,
+    progress: ProgressCallback | None = None,
+    cancel: CancelToken | None = None,
+) -> CheckResult:
+    """Run :func:`iter_check` to completion (with an optional progress callback and cancel token)."""
+    gen = iter_check(
+        source,
+        fusion_config,
+        dtype=dtype,
+        repeats=repeats,
+        upstream=upstream,
+        device=device,
+        seed=seed,
+        trust_remote_code=trust_remote_code,
+    )
+    return drive(gen, progress, cancel)

@@ -1,0 +1,254 @@
+"""Synthetic, seeded inputs of the right kind for a model, derived from its signature and config.
+
+Checks run the original model end to end on these inputs (capturing each fused module's
+real inputs on the way). What a model needs is read from its ``forward`` signature, the
+config (searched through nested sub-configs such as ``thinker_config``), and the fused
+modules themselves (a Conv3d's channels and kernel give the patch size, whatever the
+config calls it):
+
+* Qwen-VL-like models (``pixel_values`` + ``image_grid_thw``): flattened patches of one
+  image, a text sequence with the right number of image tokens between the vision
+  start/end tokens, ``mm_token_type_ids`` and ``attention_mask`` when accepted;
+* video models (``pixel_values`` / ``pixel_values_videos`` without a grid): one clip of
+  ``num_frames`` x ``image_size`` (both layouts, frames-first tried first);
+* language models: ``input_ids``.
+
+:func:`candidate_inputs` returns the candidates in order; the caller keeps the first one
+the original model accepts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+_PIXEL_KEYS = ("pixel_values", "pixel_values_videos")
+_SPECIAL_TOKEN_NAMES = ("token_id", "token_index")
+
+
+@dataclass
+class ModelInputs:
+    """Keyword arguments for ``entry``'s forward, and what they are."""
+
+    entry: str  # module path whose forward is called ("" = the model itself)
+    kwargs: dict[str, Any]
+    kind: str  # "vision-grid" | "video" | "text"
+    notes: list[str] = field(default_factory=list)
+
+    def shapes(self) -> dict[str, list[int]]:
+        return {k: list(v.shape) for k, v in self.kwargs.items() if hasattr(v, "shape")}
+
+
+def has_own_forward(module: nn.Module) -> bool:
+    from torch import nn
+
+    return type(module).forward is not nn.Module.forward
+
+
+def entry_module(model: nn.Module, paths: list[str]) -> str:
+    """The module to run end to end: the model, or (when it has no ``forward``, like the omni
+    top-level classes) its largest submodule with a ``forward`` that holds every fused path."""
+    if has_own_forward(model) or not paths:
+        return ""
+    best = ""
+    for name, module in model.named_modules():
+        if not name or not has_own_forward(module):
+            continue
+        if all(p.startswith(name + ".") for p in paths) and (not best or len(name) < len(best)):
+            best = name
+    return best
+
+
+def config_value(config: Any, *names: str) -> Any:
+    """The first of ``names`` found on ``config`` or its sub-configs (breadth first)."""
+    from transformers import PretrainedConfig
+
+    queue = [config]
+    seen: set[int] = set()
+    while queue:
+        cfg = queue.pop(0)
+        if id(cfg) in seen:
+            continue
+        seen.add(id(cfg))
+        for name in names:
+            value = getattr(cfg, name, None)
+            if value is not None and not isinstance(value, PretrainedConfig):
+                return value
+        queue.extend(v for v in vars(cfg).values() if isinstance(v, PretrainedConfig))
+    return None
+
+
+def special_token_ids(config: Any) -> set[int]:
+    from transformers import PretrainedConfig
+
+    ids: set[int] = set()
+    stack = [config]
+    while stack:
+        cfg = stack.pop()
+        for key, value in vars(cfg).items():
+            if isinstance(value, PretrainedConfig):
+                stack.append(value)
+            elif key.endswith(_SPECIAL_TOKEN_NAMES) and isinstance(value, int) and not isinstance(value, bool):
+                ids.add(value)
+    return ids
+
+
+def patch_conv(module: nn.Module) -> nn.Module | None:
+    """The Conv child of a (fused or original) patch embedding: the Conv or its PatchLinear."""
+    for child in module.children():
+        if hasattr(child, "kernel_size") and hasattr(child, "in_channels"):
+            return child
+    return None
+
+
+def _generator(seed: int) -> torch.Generator:
+    import torch
+
+    return torch.Generator().manual_seed(seed)
+
+
+def _text_ids(config: Any, count: int, gen: torch.Generator) -> list[int]:
+    import torch
+
+    vocab = int(config_value(config, "vocab_size") or 1000)
+    specials = special_token_ids(config)
+    pool = [i for i in range(3, min(vocab, 4096)) if i not in specials] or list(range(vocab))
+    picks = torch.randint(0, len(pool), (count,), generator=gen).tolist()
+    return [pool[i] for i in picks]
+
+
+def _signature(module: nn.Module) -> dict[str, inspect.Parameter]:
+    return dict(inspect.signature(module.forward).parameters)
+
+
+def _grid_inputs(entry: nn.Module, conv: nn.Module, params: dict, gen: torch.Generator, dtype: Any) -> ModelInputs:
+    import torch
+
+    config = entry.config
+    kernel = tuple(conv.kernel_size)
+    channels = int(conv.in_channels)
+    merge = int(config_value(config, "spatial_merge_size") or 1)
+    t, h, w = 1, 2 * merge, 3 * merge  # not square, so a swapped layout shows
+    pixel_values = torch.randn(t * h * w, channels * math.prod(kernel), generator=gen).to(dtype)
+    kwargs: dict[str, Any] = {"pixel_values": pixel_values, "image_grid_thw": torch.tensor([[t, h, w]])}
+    notes = [
+        f"one image: grid (t, h, w) = ({t}, {h}, {w}), {t * h * w} patches of {channels}x{'x'.join(map(str, kernel))}"
+    ]
+    if "input_ids" in params:
+        image_id = config_value(config, "image_token_id", "image_token_index")
+        if image_id is None:
+            raise ValueError("the config names no image token (image_token_id / image_token_index)")
+        start = config_value(config, "vision_start_token_id", "image_start_token_id")
+        end = config_value(config, "vision_end_token_id", "image_end_token_id")
+        n_image = t * h * w // (merge * merge)
+        before, after = _text_ids(config, 4, gen), _text_ids(config, 4, gen)
+        ids = before + ([start] if start is not None else []) + [image_id] * n_image
+        ids += ([end] if end is not None else []) + after
+        input_ids = torch.tensor([ids])
+        kwargs["input_ids"] = input_ids
+        if "mm_token_type_ids" in params:
+            kwargs["mm_token_type_ids"] = (input_ids == image_id).to(torch.int32)
+        if "attention_mask" in params:
+            kwargs["attention_mask"] = torch.ones_like(input_ids)
+        notes.append(f"{len(ids)} tokens, {n_image} of them image tokens")
+    return ModelInputs("", kwargs, "vision-grid", notes)
+
+
+def _video_inputs(
+    entry: nn.Module, conv: nn.Module, key: str, params: dict, gen: torch.Generator, dtype: Any
+) -> Iterator[ModelInputs]:
+    import torch
+
+    config = entry.config
+    kt, kh, _kw = tuple(conv.kernel_size)[-3:]
+    channels = int(conv.in_channels)
+    frames = int(config_value(config, "num_frames", "frames_per_clip") or 2 * kt)
+    size = config_value(config, "image_size", "crop_size")
+    if isinstance(size, (list, tuple)):
+        height, width = int(size[0]), int(size[-1])
+    else:
+        height = width = int(size) if size else 2 * kh
+    clip = torch.randn(1, frames, channels, height, width, generator=gen).to(dtype)
+    extra: dict[str, Any] = {}
+    required = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n != key]
+    if "input_ids" in required:
+        ids = torch.tensor([_text_ids(config, 8, gen)])
+        extra["input_ids"] = ids
+        if "attention_mask" in params:
+            extra["attention_mask"] = torch.ones_like(ids)
+    note = f"one clip of {frames} frames, {channels} channels, {height}x{width}"
+    yield ModelInputs("", {key: clip, **extra}, "video", [note + " (frames first)"])
+    yield ModelInputs("", {key: clip.transpose(1, 2).contiguous(), **extra}, "video", [note + " (channels first)"])
+
+
+def candidate_inputs(
+    model: nn.Module, fused_paths: list[str], *, seed: int = 0, dtype: Any = None
+) -> Iterator[ModelInputs]:
+    """Candidate inputs for ``model`` in order of likelihood (seeded: same seed, same tensors).
+
+    Args:
+        model: the original (unfused) model.
+        fused_paths: the module paths to be fused (their Conv tells the patch shape).
+        seed: the random seed.
+        dtype: floating inputs are cast to it (default: the model's dtype).
+
+    Raises:
+        ValueError: no kind of input fits this model's forward.
+    """
+    entry_path = entry_module(model, fused_paths)
+    entry = model.get_submodule(entry_path) if entry_path else model
+    params = _signature(entry)
+    if dtype is None:
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    conv = None
+    for path in fused_paths:
+        conv = patch_conv(model.get_submodule(path))
+        if conv is not None:
+            break
+    found = False
+    common: dict[str, Any] = {}
+    if "use_cache" in params:
+        common["use_cache"] = False
+    if "return_dict" in params:
+        common["return_dict"] = True
+    gen = _generator(seed)
+    if conv is not None and "pixel_values" in params and "image_grid_thw" in params:
+        found = True
+        inputs = _grid_inputs(entry, conv, params, gen, dtype)
+        inputs.entry = entry_path
+        inputs.kwargs.update(common)
+        yield inputs
+    elif conv is not None and "grid_thw" in params and ("hidden_states" in params or "pixel_values" in params):
+        found = True  # a vision tower alone: flattened patches and their grid
+        inputs = _grid_inputs(entry, conv, {}, gen, dtype)
+        key = "hidden_states" if "hidden_states" in params else "pixel_values"
+        kwargs = {key: inputs.kwargs["pixel_values"], "grid_thw": inputs.kwargs["image_grid_thw"]}
+        yield ModelInputs(entry_path, kwargs, "vision-tower", inputs.notes)
+    elif conv is not None and any(k in params for k in _PIXEL_KEYS):
+        found = True
+        key = next(k for k in _PIXEL_KEYS if k in params)
+        for inputs in _video_inputs(entry, conv, key, params, _generator(seed), dtype):
+            inputs.entry = entry_path
+            inputs.kwargs.update(common)
+            yield inputs
+    if "input_ids" in params:
+        import torch
+
+        found = True
+        ids = torch.tensor([_text_ids(entry.config, 16, _generator(seed))])
+        kwargs: dict[str, Any] = {"input_ids": ids, **common}
+        if "attention_mask" in params:
+            kwargs["attention_mask"] = torch.ones_like(ids)
+        yield ModelInputs(entry_path, kwargs, "text", [f"{ids.shape[1]} text tokens"])
+    if not found:
+        raise ValueError(
+            f"cannot make inputs for {type(entry).__name__}.forward({', '.join(params)}): "
+            "no pixel_values, pixel_values_videos or input_ids"
+        )
