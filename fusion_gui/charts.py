@@ -1,0 +1,139 @@
+"""The checks chart (QtCharts): speedup per fused module as bars, error vs tolerance on a log axis."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from PySide6.QtCharts import (
+    QBarCategoryAxis,
+    QBarSet,
+    QChart,
+    QChartView,
+    QLineSeries,
+    QLogValueAxis,
+    QScatterSeries,
+    QStackedBarSeries,
+    QValueAxis,
+)
+from PySide6.QtCore import QMargins, QPointF, Qt
+from PySide6.QtGui import QColor, QFont, QPainter, QPen
+
+from . import style
+
+_FLOOR = 1e-12  # zero error drawn at the bottom of the log axis
+
+
+def short_name(path: str, parts: int = 2) -> str:
+    """The last ``parts`` components of a module path (chart labels must stay short)."""
+    pieces = path.split(".")
+    return ".".join(pieces[-parts:]) if len(pieces) > parts else path
+
+
+class ChecksChart(QChartView):
+    """Bars: speedup (fused vs original; green faster, red slower). Dots: max abs error (log)."""
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.setMinimumHeight(220)
+        self.rows: list[dict[str, Any]] = []
+        self.set_rows([])
+
+    def set_rows(self, rows: list[dict[str, Any]], end_to_end: dict[str, Any] | None = None) -> None:
+        """Plot ``rows`` (module, speedup, max_abs_diff, tolerance, passed) plus the end-to-end row."""
+        self.rows = list(rows) + ([end_to_end] if end_to_end else [])
+        chart = QChart()
+        chart.setMargins(QMargins(4, 4, 4, 4))
+        chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
+        chart.setAnimationOptions(QChart.AnimationOption.NoAnimation)
+        title_font = QFont()
+        title_font.setBold(True)
+        chart.setTitleFont(title_font)
+        if not self.rows:
+            chart.setTitle("Run checks to see speedups and errors per fused module")
+            self.setChart(chart)
+            return
+        chart.setTitle("Speedup of each fused module (bars) and its error against the tolerance (dots)")
+        labels = [short_name(r["module"]) for r in self.rows]
+        faster, slower = QBarSet("faster (speedup ≥ 1)"), QBarSet("slower (speedup < 1)")
+        faster.setColor(QColor(style.PASS))
+        slower.setColor(QColor(style.FAIL))
+        top = 1.0
+        for r in self.rows:
+            s = r.get("speedup")
+            s = float(s) if isinstance(s, (int, float)) and math.isfinite(s) else 0.0
+            top = max(top, s)
+            faster.append(s if s >= 1 else 0.0)
+            slower.append(s if s < 1 else 0.0)
+        bars = QStackedBarSeries()
+        bars.append(faster)
+        bars.append(slower)
+        bars.setBarWidth(0.45)
+        bars.setLabelsVisible(True)
+        bars.setLabelsFormat("@value×")
+        bars.setLabelsPosition(QStackedBarSeries.LabelsPosition.LabelsInsideEnd)
+        chart.addSeries(bars)
+
+        ok_dots, bad_dots = QScatterSeries(), QScatterSeries()
+        ok_dots.setName("max abs error (pass)")
+        bad_dots.setName("max abs error (FAIL)")
+        for dots, colour, shape in (
+            (ok_dots, "#1565c0", QScatterSeries.MarkerShape.MarkerShapeCircle),
+            (bad_dots, style.FAIL, QScatterSeries.MarkerShape.MarkerShapeRectangle),
+        ):
+            dots.setColor(QColor(colour))
+            dots.setBorderColor(QColor("white"))
+            dots.setMarkerSize(11)
+            dots.setMarkerShape(shape)
+        tol_lines: list[QLineSeries] = []  # one short dash per row: tolerances differ per row
+        lo, hi = 1.0, 1e-12
+        for i, r in enumerate(self.rows):
+            err = r.get("max_abs_diff")
+            err = float(err) if isinstance(err, (int, float)) and math.isfinite(err) else None
+            value = max(err if err is not None else 1.0, _FLOOR)
+            (ok_dots if r.get("passed") else bad_dots).append(QPointF(i, value))
+            lo, hi = min(lo, value), max(hi, value)
+            tol = r.get("tolerance")
+            if isinstance(tol, (int, float)) and tol > 0:
+                line = QLineSeries()
+                line.setName("tolerance")
+                line.setPen(QPen(QColor("#6d4c41"), 2, Qt.PenStyle.DashLine))
+                line.append(QPointF(i - 0.35, tol))
+                line.append(QPointF(i + 0.35, tol))
+                tol_lines.append(line)
+                lo, hi = min(lo, tol), max(hi, tol)
+        dot_series = [ok_dots, bad_dots, *tol_lines]
+        for series in dot_series:
+            chart.addSeries(series)
+
+        x_axis = QBarCategoryAxis()
+        x_axis.append(labels)
+        chart.addAxis(x_axis, Qt.AlignmentFlag.AlignBottom)
+        y_speed = QValueAxis()
+        y_speed.setRange(0, top * 1.15)
+        y_speed.setTitleText("speedup (×)")
+        y_speed.setLabelFormat("%.1f")
+        chart.addAxis(y_speed, Qt.AlignmentFlag.AlignLeft)
+        bars.attachAxis(x_axis)
+        bars.attachAxis(y_speed)
+        y_err = QLogValueAxis()
+        y_err.setBase(10)
+        y_err.setRange(10 ** math.floor(math.log10(lo) - 0.5), 10 ** math.ceil(math.log10(hi) + 0.5))
+        y_err.setTitleText("max abs error (log)")
+        y_err.setLabelFormat("%.0e")
+        chart.addAxis(y_err, Qt.AlignmentFlag.AlignRight)
+        x_num = QValueAxis()  # the dots use numeric x at the category centres, hidden
+        x_num.setRange(-0.5, len(self.rows) - 0.5)
+        x_num.setVisible(False)
+        chart.addAxis(x_num, Qt.AlignmentFlag.AlignBottom)
+        for series in dot_series:
+            series.attachAxis(x_num)
+            series.attachAxis(y_err)
+        for line in tol_lines[1:]:
+            chart.legend().markers(line)[0].setVisible(False)
+        if not bad_dots.count():
+            chart.legend().markers(bad_dots)[0].setVisible(False)
+        if not slower.sum():
+            chart.legend().markers(bars)[1].setVisible(False)
+        self.setChart(chart)

@@ -1,0 +1,73 @@
+"""Small text formatters shared by the panels (no Qt, no core imports)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+_UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
+
+
+def human_count(n: int | None) -> str:
+    """A parameter count in human units: 219390 -> '219.39K'."""
+    if n is None:
+        return ""
+    for scale, unit in _UNITS:
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(n)
+
+
+def human_bytes(n: int | float | None) -> str:
+    """A byte size in binary units: 1536 -> '1.5 KiB'."""
+    if n is None:
+        return ""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # pragma: no cover
+
+
+def shape_text(shape: Sequence[int] | None) -> str:
+    """A tensor shape as '32×3×2×14×14' ('scalar' for (), '' for unknown)."""
+    if shape is None:
+        return ""
+    if len(shape) == 0:
+        return "scalar"
+    return "×".join(str(int(d)) for d in shape)
+
+
+def parse_size(text: str) -> int:
+    """'5GB', '500MiB', '1024' -> bytes.
+
+    Raises:
+        ValueError: not a size.
+    """
+    t = text.strip().upper().replace(" ", "")
+    factors = {
+        "TIB": 1024**4,
+        "GIB": 1024**3,
+        "MIB": 1024**2,
+        "KIB": 1024,
+        "TB": 10**12,
+        "GB": 10**9,
+        "MB": 10**6,
+        "KB": 10**3,
+        "B": 1,
+    }
+    suffix = next((x for x in factors if t.endswith(x)), "")
+    value = float(t[: len(t) - len(suffix)])
+    factor = factors.get(suffix, 1)
+    if value <= 0:
+        raise ValueError(f"size must be positive: {text!r}")
+    return int(value * factor)
+
+
+def seconds_text(seconds: float) -> str:
+    """A duration for the status bar: '0.42 s', '12 s', '3 min 4 s'."""
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"

@@ -1,0 +1,320 @@
+"""The main window: menus, toolbar, status bar, splitters and tabs. Wiring only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QByteArray, Qt, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QProgressBar,
+    QSplitter,
+    QTabWidget,
+    QWidget,
+)
+
+from . import style
+from .format import human_count
+from .panels.checks import ChecksPanel
+from .panels.details import DetailsPanel
+from .panels.export_dialog import ExportDialog
+from .panels.fusions import FusionsPanel
+from .panels.log_panel import LogPanel
+from .panels.mapping import MappingPanel
+from .panels.open_dialog import OpenDialog
+from .panels.transforms import TransformsPanel
+from .panels.tree_panel import TreePanel
+from .state import AppState
+
+if TYPE_CHECKING:
+    from fusion_core import Inspection
+
+TAB_NAMES = ("fusions", "mapping", "transforms", "checks", "log")
+
+
+class MainWindow(QMainWindow):
+    """Fusion Inspector's window. ``state`` holds everything the panels share."""
+
+    error_shown = Signal(str, str)  # title, message (for tests and the screenshot mode)
+
+    def __init__(self, state: AppState | None = None) -> None:
+        super().__init__()
+        self.state = state or AppState(parent=self)
+        self.setWindowTitle("Fusion Inspector")
+        self.setWindowIcon(style.app_icon())
+        self.setAcceptDrops(True)
+        self.error_boxes: list[QMessageBox] = []
+        self.dialog: QWidget | None = None
+
+        self.log_panel = LogPanel()
+        self.log_panel.handler.install()
+        self.tree = TreePanel(self.state)
+        self.details = DetailsPanel(self.state)
+        self.fusions = FusionsPanel(self.state)
+        self.mapping = MappingPanel(self.state)
+        self.transforms = TransformsPanel(self.state)
+        self.checks = ChecksPanel(self.state)
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        for widget, title in (
+            (self.fusions, "Fusions"),
+            (self.mapping, "Patch mapping"),
+            (self.transforms, "Weight transforms"),
+            (self.checks, "Checks"),
+            (self.log_panel, "Log"),
+        ):
+            self.tabs.addTab(widget, title)
+        self.right = QSplitter(Qt.Orientation.Vertical)
+        self.right.addWidget(self.details)
+        self.right.addWidget(self.tabs)
+        self.right.setStretchFactor(1, 3)
+        self.right.setSizes([220, 560])
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self.tree)
+        self.splitter.addWidget(self.right)
+        self.splitter.setStretchFactor(0, 5)
+        self.splitter.setStretchFactor(1, 4)
+        self.splitter.setSizes([820, 640])
+        self.setCentralWidget(self.splitter)
+
+        self._make_actions()
+        self._make_status_bar()
+        self._restore_settings()
+
+        s = self.state
+        s.model_changed.connect(self._on_model_changed)
+        s.error_raised.connect(self._on_error_raised)
+        s.job_started.connect(self._on_job_started)
+        s.job_progressed.connect(self._on_job_progressed)
+        s.job_ended.connect(self._on_job_ended)
+        s.recent_changed.connect(self._on_recent_changed)
+        s.busy_changed.connect(lambda _busy: self._update_actions())
+        s.checks_finished.connect(lambda _r: self.show_tab("checks"))
+        self._on_recent_changed(s.settings.recent_models())
+        self._update_actions()
+
+    # construction ----------------------------------------------------------------------
+    def _action(self, text: str, slot, shortcut: QKeySequence | str | None = None, tip: str = "") -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        action.setStatusTip(tip or text)
+        action.setToolTip(f"{tip or text} ({action.shortcut().toString()})" if shortcut else tip or text)
+        action.triggered.connect(slot)
+        return action
+
+    def _make_actions(self) -> None:
+        self.open_action = self._action("&Open…", self.show_open_dialog, QKeySequence.StandardKey.Open, "Open a model")
+        self.export_action = self._action(
+            "&Export…", self.show_export_dialog, "Ctrl+E", "Export a converted checkpoint"
+        )
+        self.quit_action = self._action("&Quit", self.close, "Ctrl+Q", "Quit Fusion Inspector")
+        self.find_action = self._action("&Find module", self.tree.focus_filter, "Ctrl+F", "Filter the module tree")
+        self.expand_action = self._action(
+            "Expand to &fusable", self.tree.expand_to_fusable, "Ctrl+J", "Jump to the next module to be fused"
+        )
+        self.checks_action = self._action(
+            "&Run checks", self.run_checks, "Ctrl+R", "Fused load + checks, in the background"
+        )
+        self.cancel_action = self._action("&Cancel job", self.state.cancel_job, None, "Cancel the running job")
+        self.save_checks_action = self._action("&Save check results…", self.checks.save_json_dialog)
+        self.recent_menu = QMenu("Open &Recent", self)
+
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        file_menu.addAction(self.open_action)
+        file_menu.addMenu(self.recent_menu)
+        file_menu.addSeparator()
+        file_menu.addAction(self.export_action)
+        file_menu.addAction(self.save_checks_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.quit_action)
+        view_menu = bar.addMenu("&View")
+        view_menu.addAction(self.find_action)
+        view_menu.addAction(self.expand_action)
+        view_menu.addSeparator()
+        for i, name in enumerate(TAB_NAMES):
+            view_menu.addAction(
+                self._action(self.tabs.tabText(i), lambda _c=False, n=name: self.show_tab(n), f"Alt+{i + 1}")
+            )
+        tools_menu = bar.addMenu("&Tools")
+        tools_menu.addAction(self.checks_action)
+        tools_menu.addAction(self.cancel_action)
+        help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self._action("&About Fusion Inspector", self.show_about))
+
+        toolbar = self.addToolBar("Main")
+        toolbar.setObjectName("main-toolbar")
+        toolbar.setMovable(False)
+        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        for action in (self.open_action, None, self.find_action, self.expand_action, None):
+            toolbar.addAction(action) if action else toolbar.addSeparator()
+        for action in (self.checks_action, self.cancel_action, self.export_action):
+            toolbar.addAction(action)
+
+    def _make_status_bar(self) -> None:
+        bar = self.statusBar()
+        self.model_label = QLabel("No model")
+        self.params_label = QLabel("")
+        self.job_label = QLabel("Ready")
+        self.job_progress = QProgressBar()
+        self.job_progress.setMaximumWidth(160)
+        self.job_progress.setMaximumHeight(14)
+        self.job_progress.setTextVisible(False)
+        self.job_progress.hide()
+        bar.addWidget(self.model_label)
+        bar.addWidget(self.params_label)
+        bar.addPermanentWidget(self.job_label)
+        bar.addPermanentWidget(self.job_progress)
+
+    # settings --------------------------------------------------------------------------
+    def _restore_settings(self) -> None:
+        st = self.state.settings
+        geometry = st.state("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1460, 900)
+        for key, splitter in (("splitter", self.splitter), ("right_splitter", self.right)):
+            saved = st.state(key)
+            if saved is not None:
+                splitter.restoreState(saved)
+        tab = st.text("window/tab")
+        if tab in TAB_NAMES:
+            self.show_tab(tab)
+
+    def save_settings(self) -> None:
+        st = self.state.settings
+        st.set_state("geometry", QByteArray(self.saveGeometry()))
+        st.set_state("splitter", QByteArray(self.splitter.saveState()))
+        st.set_state("right_splitter", QByteArray(self.right.saveState()))
+        st.set_text("window/tab", TAB_NAMES[self.tabs.currentIndex()])
+        st.set_fusions(self.state.family_order, self.state.enabled) if self.state.family_order else None
+        st.sync()
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # Qt override
+        self.save_settings()
+        self.state.shutdown()
+        self.log_panel.handler.uninstall()
+        super().closeEvent(event)
+
+    # actions ---------------------------------------------------------------------------
+    def show_tab(self, name: str) -> None:
+        self.tabs.setCurrentIndex(TAB_NAMES.index(name))
+
+    def open_model(self, spec: str) -> None:
+        self.state.open_model(spec)
+
+    def show_open_dialog(self) -> OpenDialog:
+        dialog = OpenDialog(self.state, self, self.state.settings.recent_models())
+        dialog.accepted.connect(lambda: self.open_model(dialog.spec()))
+        dialog.open()  # window-modal, never blocks the event loop
+        self.dialog = dialog
+        return dialog
+
+    def show_export_dialog(self) -> ExportDialog | None:
+        if self.state.inspection is None:
+            return None
+        dialog = ExportDialog(self.state, self)
+        dialog.open()
+        self.dialog = dialog
+        return dialog
+
+    def run_checks(self) -> None:
+        self.show_tab("checks")
+        self.checks.run()
+
+    def show_about(self) -> None:
+        box = QMessageBox(QMessageBox.Icon.Information, "About Fusion Inspector", "", parent=self)
+        box.setText(
+            "<b>Fusion Inspector</b><br>Browse a transformers model, see which modules each fusion family "
+            "replaces, preview the patch mapping and weight transforms, check fused against original, and "
+            "export converted checkpoints."
+        )
+        box.open()
+
+    def show_error(self, title: str, message: str, details: str = "") -> QMessageBox:
+        """Show an error without blocking: a window-modal box, kept in ``error_boxes``."""
+        box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Close, self)
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        if details:
+            box.setDetailedText(details)
+        box.finished.connect(lambda _r: self.error_boxes.remove(box) if box in self.error_boxes else None)
+        self.error_boxes.append(box)
+        box.open()
+        self.error_shown.emit(title, message)
+        return box
+
+    # state -> window -------------------------------------------------------------------
+    def _on_error_raised(self, title: str, message: str, details: str) -> None:
+        self.show_error(title, message, details)
+
+    def _on_model_changed(self, insp: Inspection) -> None:
+        src = insp.source
+        weights = "config only" if src.checkpoint is None else f"{len(src.checkpoint.tensors)} tensors"
+        self.setWindowTitle(f"{insp.name} — Fusion Inspector")
+        self.model_label.setText(f"<b>{insp.name}</b> · {src.model_class.__name__} · {weights}")
+        self.params_label.setText(f"{human_count(insp.tree.total_params)} parameters · {len(insp.tree)} modules")
+        self.tree.fit_columns()
+        self._update_actions()
+
+    def _on_job_started(self, name: str) -> None:
+        self.job_progress.setRange(0, 0)
+        self.job_progress.show()
+        self._update_actions()
+
+    def _on_job_progressed(self, name: str, done: int, total: int, message: str) -> None:
+        if total:
+            self.job_progress.setRange(0, total)
+            self.job_progress.setValue(done)
+        else:
+            self.job_progress.setRange(0, 0)
+        self.job_label.setText(f"{name}: {message}" if message else name)
+
+    def _on_job_ended(self, name: str, outcome: str, message: str) -> None:
+        self.job_progress.hide()
+        self.job_label.setText(message)
+        self._update_actions()
+
+    def _on_recent_changed(self, recent: list[str]) -> None:
+        self.recent_menu.clear()
+        for spec in recent:
+            self.recent_menu.addAction(spec, lambda s=spec: self.open_model(s))
+        self.recent_menu.setEnabled(bool(recent))
+
+    def _update_actions(self) -> None:
+        busy = self.state.busy
+        has_model = self.state.inspection is not None
+        self.open_action.setEnabled(not busy)
+        self.recent_menu.setEnabled(not busy and not self.recent_menu.isEmpty())
+        self.checks_action.setEnabled(has_model and not busy)
+        self.export_action.setEnabled(has_model and not busy)
+        self.cancel_action.setEnabled(busy)
+
+    # drag and drop ---------------------------------------------------------------------
+    @staticmethod
+    def _dropped_spec(event: QDragEnterEvent | QDropEvent) -> str:
+        urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
+        for url in urls:
+            if url.isLocalFile():
+                path = Path(url.toLocalFile())
+                if path.is_dir() or path.name == "config.json":
+                    return str(path)
+        return ""
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # Qt override
+        if self._dropped_spec(event):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # Qt override
+        spec = self._dropped_spec(event)
+        if spec:
+            event.acceptProposedAction()
+            self.open_model(spec)

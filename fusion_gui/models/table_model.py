@@ -1,0 +1,107 @@
+"""A read-only table model over a list of dict rows (the core's preview rows, check results)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt
+
+Index = QModelIndex | QPersistentModelIndex
+RowRole = Qt.ItemDataRole.UserRole + 1  # the whole row dict
+SortRole = Qt.ItemDataRole.UserRole + 2  # raw value for sorting
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: the row key, its title, and how to show the value."""
+
+    key: str
+    title: str
+    text: Callable[[Any], str] = str
+    numeric: bool = False
+    tooltip: str = ""
+
+
+class RowsTableModel(QAbstractTableModel):
+    """Rows are dicts; ``style_row`` may return role -> value overrides (colour, icon, font)."""
+
+    def __init__(
+        self,
+        columns: Sequence[Column],
+        style_row: Callable[[dict[str, Any], int, int], Any] | None = None,
+        parent: Any = None,
+    ) -> None:
+        super().__init__(parent)
+        self.columns = list(columns)
+        self.rows: list[dict[str, Any]] = []
+        self._style_row = style_row
+
+    def set_rows(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.beginResetModel()
+        self.rows = list(rows)
+        self.endResetModel()
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.columns)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(self.columns):
+            return None
+        col = self.columns[section]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return col.title
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return col.tooltip or None
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or index.row() >= len(self.rows):
+            return None
+        row = self.rows[index.row()]
+        col = self.columns[index.column()]
+        value = row.get(col.key)
+        if role == Qt.ItemDataRole.DisplayRole:
+            return "" if value is None else col.text(value)
+        if role == RowRole:
+            return row
+        if role == SortRole:
+            return value if isinstance(value, (int, float)) else ("" if value is None else col.text(value))
+        if role == Qt.ItemDataRole.TextAlignmentRole and col.numeric:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ToolTipRole and value is not None:
+            return col.text(value)
+        if self._style_row is not None:
+            return self._style_row(row, index.column(), role)
+        return None
+
+
+class TextFilterProxy(QSortFilterProxyModel):
+    """Case-insensitive substring filter over every column's text, sortable by raw values."""
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.setSortRole(SortRole)
+        self._needle = ""
+
+    def set_needle(self, text: str) -> None:
+        self.beginFilterChange()
+        self._needle = text.strip().lower()
+        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+
+    def filterAcceptsRow(self, source_row: int, source_parent: Index) -> bool:
+        if not self._needle:
+            return True
+        model = self.sourceModel()
+        for col in range(model.columnCount()):
+            text = model.index(source_row, col, source_parent).data() or ""
+            if self._needle in str(text).lower():
+                return True
+        return False
+
+    def visible_rows(self) -> list[dict[str, Any]]:
+        return [self.index(r, 0).data(RowRole) for r in range(self.rowCount())]

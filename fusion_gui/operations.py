@@ -1,0 +1,104 @@
+"""The long operations the GUI runs, as progress generators over the core's public API.
+
+Each function returns a generator *factory* for :meth:`fusion_gui.jobs.JobManager.start`;
+the generator runs on a worker thread, so the core (torch, transformers) is imported
+there, never on the GUI thread. No tensor math here: these only call the core.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fusion_core import Inspection, ModelSource
+
+log = logging.getLogger("fusion_gui.operations")
+
+
+def open_model(spec: str, *, trust_remote_code: bool = False):
+    """Resolve ``spec``, build the meta model and tree, and run every family's discovery.
+
+    The generator returns the :class:`fusion_core.Inspection`; discovery results are
+    cached in it, so toggling families on the GUI thread costs milliseconds.
+    """
+
+    def gen() -> Generator[Any, None, Inspection]:
+        from fusion_core.progress import Progress
+
+        t0 = time.perf_counter()
+        yield Progress(0, 4, f"loading the engine for {spec}")
+        import fusion_core
+
+        t1 = time.perf_counter()
+        yield Progress(1, 4, f"resolving {spec}")
+        source = fusion_core.resolve(spec, trust_remote_code=trust_remote_code)
+        yield Progress(2, 4, f"building the module tree of {source.model_class.__name__}")
+        insp = fusion_core.inspect_model(source)
+        yield Progress(3, 4, "discovering fusable modules")
+        for name in fusion_core.REGISTRY:
+            insp.discovery(name)
+        t2 = time.perf_counter()
+        log.info(
+            "opened %s: %s, %d modules, engine import %.2f s, open + discovery %.2f s",
+            spec,
+            source.describe(),
+            len(insp.tree),
+            t1 - t0,
+            t2 - t1,
+        )
+        yield Progress(4, 4, "done")
+        return insp
+
+    return gen
+
+
+def run_checks(source: ModelSource, fusion_config: dict[str, Any], *, dtype: str, repeats: int, upstream: bool):
+    """Fused load + checks (``fusion_core.checks.iter_check``); returns its CheckResult."""
+
+    def gen():
+        from fusion_core.checks import iter_check
+
+        log.info("checks: %s, %s, dtype %s, %d repeats", source.name, sorted(fusion_config), dtype, repeats)
+        result = yield from iter_check(source, fusion_config, dtype=dtype, repeats=repeats, upstream=upstream)
+        return result
+
+    return gen
+
+
+def run_export(
+    source: ModelSource,
+    out_dir: Path,
+    fusion_config: dict[str, Any],
+    *,
+    layout: str,
+    max_shard_size: int | str,
+    overwrite: bool,
+):
+    """Export a converted checkpoint (``fusion_core.export.iter_export``); returns its ExportResult."""
+
+    def gen():
+        from fusion_core.export import iter_export
+
+        log.info("export: %s -> %s (layout %s, shards <= %s)", source.name, out_dir, layout, max_shard_size)
+        result = yield from iter_export(
+            source, out_dir, fusion_config, layout=layout, max_shard_size=max_shard_size, overwrite=overwrite
+        )
+        return result
+
+    return gen
+
+
+def open_dialog_lists() -> dict[str, Any]:
+    """The lists the Open dialog offers: demos, model types, cached hub models."""
+    import fusion_core
+    from fusion_core.demo import DEMOS
+
+    return {
+        "demos": [(name, demo.description) for name, demo in DEMOS.items()],
+        "arch": fusion_core.known_model_types(),
+        "hub": fusion_core.cached_hub_models(),
+    }

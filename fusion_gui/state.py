@@ -1,0 +1,259 @@
+"""AppState: the one object the panels share (the open model, chosen fusions, plan, results).
+
+Panels never import each other: they read this state and react to its signals; user
+actions call its methods. Every long operation goes through :class:`JobManager`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from . import operations
+from .jobs import Job, JobManager
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from fusion_core import Discovery, FusionPlan, Inspection
+
+log = logging.getLogger("fusion_gui.state")
+
+
+def error_text(error: BaseException) -> tuple[str, str]:
+    """(message, details) for a dialog: the core's own message; a traceback only for bugs."""
+    from fusion_core.errors import FusionError
+
+    if isinstance(error, FusionError):
+        return str(error).strip() or type(error).__name__, ""
+    details = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return f"Unexpected error: {type(error).__name__}: {error}", details
+
+
+class AppState(QObject):
+    """Shared application state with signals; lives on the GUI thread."""
+
+    model_changed = Signal(object)  # Inspection
+    fusions_changed = Signal()  # order or enabled set changed (highlights follow)
+    plan_changed = Signal(object)  # FusionPlan, or None with `plan_error` set
+    module_selected = Signal(str)  # the tree's current module (path)
+    reveal_requested = Signal(str)  # someone wants this module shown in the tree
+    opening = Signal(str)  # spec being opened
+    open_failed = Signal(str, str)  # spec, message
+    error_raised = Signal(str, str, str)  # title, message, details
+    checks_finished = Signal(object)  # CheckResult
+    checks_cleared = Signal()
+    export_finished = Signal(object)  # ExportResult
+    recent_changed = Signal(list)
+    job_started = Signal(str)  # job name
+    job_progressed = Signal(str, int, int, str)  # name, done, total, message
+    job_ended = Signal(str, str, str)  # name, outcome ("ok" | "failed" | "cancelled"), message
+    busy_changed = Signal(bool)  # a user job started (True) or finished (False)
+
+    def __init__(self, settings: Settings | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings or Settings()
+        self.jobs = JobManager(self)
+        self.jobs.job_started.connect(lambda _job: self.busy_changed.emit(True))
+        self.jobs.job_finished.connect(lambda _job: self.busy_changed.emit(False))
+        self.inspection: Inspection | None = None
+        self.spec: str = ""
+        self.family_order: list[str] = []
+        self.enabled: set[str] = set()
+        self.plan: FusionPlan | None = None
+        self.plan_error: str = ""
+        self.check_result: Any = None
+        self.selected_path: str = ""
+        saved = self.settings.fusions()
+        self._saved_fusions = saved
+
+    # model -----------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self.jobs.busy
+
+    def open_model(self, spec: str) -> Job | None:
+        """Open ``spec`` in the background; the current model stays until it succeeds."""
+        spec = spec.strip()
+        if not spec:
+            return None
+        if self.jobs.busy:
+            self.error_raised.emit("Busy", f"Wait for the {self.jobs.current.name} job to finish, or cancel it.", "")
+            return None
+        job = self._start("open", operations.open_model(spec), f"Opening {spec}")
+        job.succeeded.connect(lambda insp: self._on_opened(spec, insp))
+        job.failed.connect(lambda e: self._on_open_error(spec, e))
+        self.opening.emit(spec)
+        return job
+
+    def _on_opened(self, spec: str, insp: Inspection) -> None:
+        from fusion_core import REGISTRY
+
+        self.inspection = insp
+        self.spec = spec
+        self.check_result = None
+        self.selected_path = ""
+        known = list(REGISTRY)
+        if self._saved_fusions is None and not self.family_order:
+            order, enabled = known, set(known)  # a first run shows every family's matches
+        elif self._saved_fusions is not None and not self.family_order:
+            order, enabled = self._saved_fusions
+        else:
+            order, enabled = self.family_order, self.enabled
+        order = [n for n in order if n in REGISTRY] + [n for n in known if n not in order]
+        self.family_order, self.enabled = order, {n for n in enabled if n in REGISTRY}
+        self.recent_changed.emit(self.settings.add_recent_model(spec))
+        self.model_changed.emit(insp)
+        self.checks_cleared.emit()
+        self._replan()
+
+    def _on_open_error(self, spec: str, error: BaseException) -> None:
+        message, details = error_text(error)
+        log.error("cannot open %s: %s", spec, message)
+        self.open_failed.emit(spec, message)
+        self.error_raised.emit(f"Cannot open {spec}", message, details)
+
+    # fusions ---------------------------------------------------------------------------
+    @property
+    def fusion_config(self) -> dict[str, Any]:
+        """The enabled families in the user's order (what the core applies)."""
+        return {name: True for name in self.family_order if name in self.enabled}
+
+    def discovery(self, family: str) -> Discovery | None:
+        return self.inspection.discovery(family) if self.inspection is not None else None
+
+    def set_family_enabled(self, name: str, on: bool) -> None:
+        if (name in self.enabled) == on:
+            return
+        if on:
+            self.enabled.add(name)
+        else:
+            self.enabled.discard(name)
+        self._fusions_edited()
+
+    def set_family_order(self, order: list[str]) -> None:
+        order = [n for n in order if n in self.family_order] + [n for n in self.family_order if n not in order]
+        if order == self.family_order:
+            return
+        self.family_order = order
+        self._fusions_edited()
+
+    def _fusions_edited(self) -> None:
+        self.settings.set_fusions(self.family_order, self.enabled)
+        self._saved_fusions = (list(self.family_order), set(self.enabled))
+        self.check_result = None
+        self.checks_cleared.emit()
+        self._replan()
+
+    def highlights(self) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+        """(matched path -> family, rejected path -> (family, reason)) of the enabled families.
+
+        Built from discovery, not the plan, so a conflict between families still shows
+        both families' modules.
+        """
+        matched: dict[str, str] = {}
+        rejected: dict[str, tuple[str, str]] = {}
+        if self.inspection is None:
+            return matched, rejected
+        for name in self.family_order:
+            if name not in self.enabled:
+                continue
+            d = self.inspection.discovery(name)
+            for m in d.matches:
+                matched.setdefault(m.path, name)
+            for r in d.rejected:
+                rejected.setdefault(r.path, (name, r.reason))
+        return matched, rejected
+
+    def _replan(self) -> None:
+        from fusion_core.errors import FusionError
+
+        self.plan, self.plan_error = None, ""
+        if self.inspection is not None:
+            try:
+                self.plan = self.inspection.plan(self.fusion_config)
+            except FusionError as e:
+                self.plan_error = str(e)
+                log.warning("plan: %s", e)
+        self.fusions_changed.emit()
+        self.plan_changed.emit(self.plan)
+
+    # selection -------------------------------------------------------------------------
+    def select_module(self, path: str) -> None:
+        """The tree reports its current module."""
+        if path != self.selected_path:
+            self.selected_path = path
+            self.module_selected.emit(path)
+
+    def reveal(self, path: str) -> None:
+        """Ask the tree to show and select ``path``."""
+        self.reveal_requested.emit(path)
+
+    # checks and export -----------------------------------------------------------------
+    def run_checks(self, dtype: str = "float32", repeats: int = 5, upstream: bool = True) -> Job | None:
+        """Fused load + checks of the open model with the enabled fusions."""
+        if self.inspection is None or self.jobs.busy:
+            return None
+        factory = operations.run_checks(
+            self.inspection.source, self.fusion_config, dtype=dtype, repeats=repeats, upstream=upstream
+        )
+        job = self._start("checks", factory, f"Checking {self.spec} ({dtype})")
+        job.succeeded.connect(self._on_checks_done)
+        job.failed.connect(lambda e: self._report("Checks failed", e))
+        return job
+
+    def _on_checks_done(self, result: Any) -> None:
+        self.check_result = result
+        self.checks_finished.emit(result)
+
+    def export(self, out_dir: Path, *, layout: str, max_shard_size: int | str, overwrite: bool) -> Job | None:
+        """Write a converted checkpoint of the open model to ``out_dir``."""
+        if self.inspection is None or self.jobs.busy:
+            return None
+        factory = operations.run_export(
+            self.inspection.source,
+            Path(out_dir),
+            self.fusion_config,
+            layout=layout,
+            max_shard_size=max_shard_size,
+            overwrite=overwrite,
+        )
+        job = self._start("export", factory, f"Exporting {self.spec} to {out_dir}")
+        job.succeeded.connect(self.export_finished.emit)
+        return job
+
+    def cancel_job(self) -> None:
+        self.jobs.cancel_current()
+
+    # plumbing --------------------------------------------------------------------------
+    def _start(self, name: str, factory: Any, description: str) -> Job:
+        job = self.jobs.start(name, factory)
+        t0 = time.perf_counter()
+        job.progressed.connect(lambda d, t, m: self.job_progressed.emit(name, d, t, m))
+        job.succeeded.connect(
+            lambda _r: self.job_ended.emit(name, "ok", f"{description}: done in {time.perf_counter() - t0:.1f} s")
+        )
+        job.failed.connect(lambda e: self.job_ended.emit(name, "failed", f"{description}: failed"))
+        job.cancelled.connect(lambda: self._on_cancelled(name, description))
+        self.job_started.emit(name)
+        self.job_progressed.emit(name, 0, 0, description)
+        return job
+
+    def _on_cancelled(self, name: str, description: str) -> None:
+        log.info("%s: cancelled", description)
+        self.job_ended.emit(name, "cancelled", f"{description}: cancelled")
+
+    def _report(self, title: str, error: BaseException) -> None:
+        message, details = error_text(error)
+        log.error("%s: %s", title, message)
+        self.error_raised.emit(title, message, details)
+
+    @Slot()
+    def shutdown(self) -> None:
+        """Cancel the running job and wait for the workers (window closing)."""
+        self.jobs.cancel_current()
+        self.jobs.wait_for_done(10_000)

@@ -1,0 +1,111 @@
+"""The module tree: highlights follow the Fusions tab, the filter finds modules, rows are lazy."""
+
+from __future__ import annotations
+
+import torch
+from PySide6.QtCore import QModelIndex, Qt
+from torch import nn
+
+from fusion_core import module_tree
+from fusion_gui.models.tree_model import CountRole, ModuleFilterProxy, ModuleTreeModel, StatusRole
+
+PATCH = "model.visual.patch_embed"
+
+
+def test_patch_embedding_highlighted_after_enabling(qtbot, qtmodeltester, window, open_model, only_fusions):
+    open_model(window, "demo:qwen2-vl")
+    only_fusions(window)
+    model = window.tree.model
+    assert model.index_for_path(PATCH).data(StatusRole) == ""
+    assert model.index_for_path("model.visual").data(CountRole) == 0
+
+    only_fusions(window, "patch_embeddings")
+    index = model.index_for_path(PATCH)
+    assert index.data(StatusRole) == "matched"
+    assert index.data(Qt.ItemDataRole.BackgroundRole) is not None
+    assert not index.data(Qt.ItemDataRole.DecorationRole).isNull()
+    assert "fused by patch_embeddings" in index.data(Qt.ItemDataRole.ToolTipRole)
+    # ancestors carry the count, so a collapsed tree still shows where to look
+    for ancestor in ("", "model", "model.visual"):
+        assert model.index_for_path(ancestor).data(CountRole) == 1
+    assert model.index_for_path("model.language_model").data(CountRole) == 0
+    legend = " ".join(
+        w.text() for w in window.tree.findChildren(type(window.tree.filter_count)) if w.text().startswith("patch")
+    )
+    assert "patch_embeddings (1)" in legend
+    qtmodeltester.check(model)
+    qtmodeltester.check(window.tree.proxy)
+
+
+def test_filter_finds_patch_embedding(qtbot, window, open_model):
+    open_model(window, "demo:qwen2-vl")
+    tree = window.tree
+    qtbot.keyClicks(tree.filter_edit, "patch_embed")
+    qtbot.waitUntil(lambda: tree.filter_count.text() != "", timeout=5_000)
+    assert tree.proxy_index(PATCH).isValid()
+    assert not tree.proxy_index("model.language_model.embed_tokens").isValid()
+    # classes match too: the Conv3d inside the patch embedding
+    tree.filter_edit.setText("conv3d")
+    assert tree.apply_filter() == 1
+    assert tree.proxy_index(f"{PATCH}.proj").isValid()
+    tree.filter_edit.clear()
+    assert tree.apply_filter() == 0
+    assert tree.proxy_index("model.language_model.embed_tokens").isValid()
+
+
+def test_expand_to_fusable_and_details(qtbot, window, open_model, only_fusions):
+    open_model(window, "demo:qwen2-vl")
+    only_fusions(window, "patch_embeddings")
+    tree = window.tree
+    tree.view.collapseAll()
+    with qtbot.waitSignal(window.state.module_selected, timeout=5_000) as sig:
+        assert tree.expand_to_fusable() == PATCH
+    assert sig.args == [PATCH]
+    assert tree.current_path() == PATCH
+    assert tree.view.isExpanded(tree.proxy_index("model.visual"))
+    text = window.details.text()
+    assert PATCH in text and "PatchEmbed" in text and "FusedPatchEmbed" in text
+    assert "replaced by FusedPatchEmbed" in text
+    # the Conv3d weight, with its shape, is in the child's details
+    tree.select_path(f"{PATCH}.proj")
+    assert "32×3×2×14×14" in window.details.text()
+
+
+def _wide_model(blocks: int, per_block: int) -> nn.Module:
+    with torch.device("meta"):
+        return nn.Sequential(*(nn.Sequential(*(nn.Linear(4, 4) for _ in range(per_block))) for _ in range(blocks)))
+
+
+def test_large_tree_is_lazy(qtbot, qtmodeltester):
+    tree = module_tree(_wide_model(100, 110))  # 11,101 modules
+    assert len(tree) > 10_000
+    model = ModuleTreeModel()
+    model.set_tree(tree)
+    assert model.rowCount() == 1
+    assert model.fetched_count() == 0  # nothing below the root row exists yet
+    root = model.index(0, 0)
+    assert model.hasChildren(root) and model.rowCount(root) == 0 and model.canFetchMore(root)
+    model.fetchMore(root)
+    assert model.rowCount(root) == 100 and model.fetched_count() == 1
+    assert model.index_for_path("57.3").isValid()
+    assert model.fetched_count() == 2
+    small = ModuleTreeModel()
+    small.set_tree(module_tree(_wide_model(3, 4)))
+    qtmodeltester.check(small)
+
+
+def test_filter_reaches_unexpanded_rows(qtbot):
+    tree = module_tree(_wide_model(20, 30))
+    model = ModuleTreeModel()
+    model.set_tree(tree)
+    proxy = ModuleFilterProxy()
+    proxy.setSourceModel(model)
+    for node in tree.by_path.values():
+        if node.path.endswith(".17"):
+            model.ensure_fetched(node.path)
+    proxy.set_needle("12.17")
+    top = proxy.index(0, 0, QModelIndex())
+    assert proxy.rowCount(top) == 1
+    block = proxy.index(0, 0, top)
+    assert block.data() == "12"
+    assert proxy.index(0, 0, block).data() == "17"
