@@ -282,6 +282,7 @@ def model_class_for(config: PretrainedConfig, override: str | None = None) -> ty
     for mapping_name in (
         "MODEL_MAPPING",
         "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING",
+        "MODEL_FOR_MULTIMODAL_LM_MAPPING",  # the omni models have no base class
         "MODEL_FOR_CAUSAL_LM_MAPPING",
         "MODEL_FOR_PRETRAINING_MAPPING",
         "MODEL_WITH_LM_HEAD_MAPPING",
