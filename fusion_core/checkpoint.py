@@ -278,7 +278,8 @@ def read_header(path: str | os.PathLike[str], relative_name: str | None = None) 
     if not isinstance(header, dict):
         raise _fail(path, f"header is a JSON {type(header).__name__}, not an object: corrupt file")
     data_start = 8 + n
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata  # null is allowed, other empty values are not
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise _fail(path, "__metadata__ must map strings to strings")
     tensors = {key: _tensor_info(path, name, key, entry, data_start) for key, entry in header.items()}

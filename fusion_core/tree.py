@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ModelSourceError
+from .errors import FusionError, ModelSourceError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -129,16 +129,21 @@ def build_meta_model(source: ModelSource) -> nn.Module:
     leaks fused classes into this plain model.
 
     Raises:
-        ModelSourceError: the class cannot be built from this config.
+        ModelSourceError: the class cannot be built from this config, or it would have
+            more than ``MAX_MODULES`` modules (checked before and during the build).
     """
     import torch
 
     from .patching import patch_lock
+    from .sources import check_model_size, module_budget
 
     config = source.config
-    with patch_lock(), torch.device("meta"):
+    check_model_size(config, source.name, MAX_MODULES)  # absurd layer counts: refused before building
+    with patch_lock(), torch.device("meta"), module_budget(MAX_MODULES, source.name):
         try:
             model = source.model_class(config)
+        except FusionError:  # the module budget ran out
+            raise
         except Exception as e:
             raise ModelSourceError(
                 f"{source.name}: {source.model_class.__name__} cannot be built from this config: "
