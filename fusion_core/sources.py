@@ -138,7 +138,7 @@ def resolve(spec: str, *, trust_remote_code: bool = False, model_class: str | No
         exists = False
         path = Path()
     if exists:
-        if path.is_file():
+        if not path.is_dir():  # a file, or a pipe/device that reading will refuse
             if path.suffix != ".json":
                 raise ModelSourceError(f"{path}: not a config.json or a model folder")
             return _from_config_file(spec, path, trust_remote_code, model_class)
@@ -273,7 +273,11 @@ def model_class_for(config: PretrainedConfig, override: str | None = None) -> ty
         # only model classes transformers ships: a name from config.json never reaches anything else
         ok = isinstance(name, str) and name.isidentifier() and not name.startswith("_")
         cls = getattr(transformers, name, None) if ok else None
-        if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+        if (
+            isinstance(cls, type)
+            and issubclass(cls, transformers.PreTrainedModel)
+            and cls is not transformers.PreTrainedModel
+        ):
             return cls
         if override:
             raise ConfigError(f"unknown model class {override!r}: not a model class transformers ships")
@@ -337,7 +341,7 @@ def _from_config_file(spec: str, path: Path, trust: bool, model_class: str | Non
 
 def _from_folder(spec: str, folder: Path, trust: bool, model_class: str | None) -> ModelSource:
     cfg = folder / CONFIG_FILE
-    if not cfg.is_file():
+    if not os.path.lexists(cfg):  # a pipe, folder or broken link is refused when read
         raise ModelSourceError(f"{folder}: no config.json in this folder; is it a transformers model folder?")
     source = _from_config_file(spec, cfg, trust, model_class)
     source.name = folder.name or str(folder)

@@ -68,13 +68,14 @@ def marker_code(marker: Path) -> str:
 def remote_code_folder(folder: Path, marker: Path, base: Path, model_type: str = "llama") -> Path:
     """A model folder whose config asks for custom code (``auto_map``) that writes ``marker``.
 
-    ``base`` is a real tiny checkpoint folder whose config and weights are reused, so
-    the folder is a complete model apart from the custom code.
+    ``base`` is a real tiny checkpoint folder whose config (and ``architectures``) and
+    weights are reused, so the folder is a complete model apart from the custom code,
+    which includes a ``custom_generate/generate.py`` (transformers imports it when a
+    model is loaded with ``trust_remote_code=True``).
     """
     folder.mkdir(parents=True, exist_ok=True)
     config = json.loads((base / "config.json").read_text())
     config["model_type"] = model_type
-    config["architectures"] = ["XForCausalLM"]
     config["auto_map"] = {
         "AutoConfig": "configuration_x.XConfig",
         "AutoModelForCausalLM": "modeling_x.XForCausalLM",
