@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QProgressBar,
+    QSizePolicy,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QToolButton,
@@ -123,6 +124,9 @@ class TreePanel(QWidget):
         self.legend.setSpacing(10)
         legend_box = QWidget()
         legend_box.setLayout(self.legend)
+        # a long legend may be clipped, but never makes the window wider than the screen
+        legend_box.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.filter_edit.setMinimumWidth(120)
 
         top = QHBoxLayout()
         top.addWidget(self.filter_edit, 1)
