@@ -203,7 +203,7 @@ def test_index_entries(scratch, weight_map, raw):
         assert root in (folder / name).resolve().parents
 
 
-@settings(max_examples=80, deadline=10000, database=None)
+@settings(max_examples=50, deadline=10000, database=None)
 @given(spec=st.text(max_size=30) | st.sampled_from(["arch:", "demo:", "arch:../x", "demo:../../x", "a/b", "~"]))
 def test_any_spec_is_a_clean_error(spec):
     try:
