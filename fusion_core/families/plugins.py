@@ -154,8 +154,8 @@ def load_family_file(path: str | os.PathLike[str]) -> list[FusionSpec]:
         The specs registered; empty when the file is broken (the error is logged and kept
         in :func:`plugin_errors`; the application goes on without it).
     """
-    file = Path(path).expanduser()
-    origin = f"file {file}"
+    file = Path(path).expanduser().absolute()
+    origin = f"file {file}"  # absolute: coverage workers load the file again from here
     name = str(file)
     try:
         resolved = file.resolve(strict=True)
