@@ -12,6 +12,7 @@ from .errors import (
     Cancelled,
     CheckpointError,
     ConfigError,
+    ExportError,
     FamilyConflictError,
     FusionError,
     InvalidFusionConfigError,
@@ -21,6 +22,7 @@ from .errors import (
     UnsafeModelError,
     UsageError,
 )
+from .export import ExportResult, ExportVerification, export, iter_export
 from .families import REGISTRY, FusionSpec, Verdict, families, get_family
 from .loading import LoadResult, iter_load, load, load_plain
 from .patching import scoped_patch
@@ -39,6 +41,9 @@ __all__ = [
     "CheckpointIndex",
     "ConfigError",
     "Discovery",
+    "ExportError",
+    "ExportResult",
+    "ExportVerification",
     "FamilyConflictError",
     "FusionError",
     "FusionPlan",
@@ -63,9 +68,11 @@ __all__ = [
     "cached_hub_models",
     "discover",
     "drive",
+    "export",
     "families",
     "get_family",
     "inspect_model",
+    "iter_export",
     "iter_load",
     "known_model_types",
     "load",
