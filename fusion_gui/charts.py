@@ -7,13 +7,13 @@ from typing import Any
 
 from PySide6.QtCharts import (
     QBarCategoryAxis,
+    QBarSeries,
     QBarSet,
     QChart,
     QChartView,
     QLineSeries,
     QLogValueAxis,
     QScatterSeries,
-    QStackedBarSeries,
     QValueAxis,
 )
 from PySide6.QtCore import QMargins, QPointF, Qt
@@ -56,28 +56,30 @@ class ChecksChart(QChartView):
             return
         chart.setTitle("Speedup of each fused module (bars) and its error against the tolerance (dots)")
         labels = [short_name(r["module"]) for r in self.rows]
-        faster, slower = QBarSet("faster (speedup ≥ 1)"), QBarSet("slower (speedup < 1)")
-        faster.setColor(QColor(style.PASS))
-        slower.setColor(QColor(style.FAIL))
+        speed = QBarSet("speedup (red: slower)")
+        speed.setColor(QColor(style.PASS))
+        speed.setSelectedColor(QColor(style.FAIL))  # one set, per-bar colour: slower bars are "selected"
+        speed.setLabelColor(QColor(style.TEXT_ON_TINT))
         top = 1.0
-        for r in self.rows:
+        for i, r in enumerate(self.rows):
             s = r.get("speedup")
             s = float(s) if isinstance(s, (int, float)) and math.isfinite(s) else 0.0
             top = max(top, s)
-            faster.append(s if s >= 1 else 0.0)
-            slower.append(s if s < 1 else 0.0)
-        bars = QStackedBarSeries()
-        bars.append(faster)
-        bars.append(slower)
+            speed.append(s)
+            if s < 1:
+                speed.selectBar(i)
+        bars = QBarSeries()
+        bars.append(speed)
         bars.setBarWidth(0.45)
         bars.setLabelsVisible(True)
         bars.setLabelsFormat("@value×")
-        bars.setLabelsPosition(QStackedBarSeries.LabelsPosition.LabelsInsideEnd)
+        bars.setLabelsPrecision(3)
+        bars.setLabelsPosition(QBarSeries.LabelsPosition.LabelsOutsideEnd)
         chart.addSeries(bars)
 
         ok_dots, bad_dots = QScatterSeries(), QScatterSeries()
-        ok_dots.setName("max abs error (pass)")
-        bad_dots.setName("max abs error (FAIL)")
+        ok_dots.setName("error (pass)")
+        bad_dots.setName("error (FAIL)")
         for dots, colour, shape in (
             (ok_dots, "#1565c0", QScatterSeries.MarkerShape.MarkerShapeCircle),
             (bad_dots, style.FAIL, QScatterSeries.MarkerShape.MarkerShapeRectangle),
@@ -111,16 +113,17 @@ class ChecksChart(QChartView):
         x_axis.append(labels)
         chart.addAxis(x_axis, Qt.AlignmentFlag.AlignBottom)
         y_speed = QValueAxis()
-        y_speed.setRange(0, top * 1.15)
+        y_speed.setRange(0, top * 1.2)
         y_speed.setTitleText("speedup (×)")
         y_speed.setLabelFormat("%.1f")
+        y_speed.applyNiceNumbers()
         chart.addAxis(y_speed, Qt.AlignmentFlag.AlignLeft)
         bars.attachAxis(x_axis)
         bars.attachAxis(y_speed)
         y_err = QLogValueAxis()
         y_err.setBase(10)
         y_err.setRange(10 ** math.floor(math.log10(lo) - 0.5), 10 ** math.ceil(math.log10(hi) + 0.5))
-        y_err.setTitleText("max abs error (log)")
+        y_err.setTitleText("error (log)")
         y_err.setLabelFormat("%.0e")
         chart.addAxis(y_err, Qt.AlignmentFlag.AlignRight)
         x_num = QValueAxis()  # the dots use numeric x at the category centres, hidden
@@ -134,6 +137,4 @@ class ChecksChart(QChartView):
             chart.legend().markers(line)[0].setVisible(False)
         if not bad_dots.count():
             chart.legend().markers(bad_dots)[0].setVisible(False)
-        if not slower.sum():
-            chart.legend().markers(bars)[1].setVisible(False)
         self.setChart(chart)

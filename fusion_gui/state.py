@@ -84,7 +84,7 @@ class AppState(QObject):
         if self.jobs.busy:
             self.error_raised.emit("Busy", f"Wait for the {self.jobs.current.name} job to finish, or cancel it.", "")
             return None
-        job = self._start("open", operations.open_model(spec), f"Opening {spec}")
+        job = self._start("open", operations.open_model(spec), f"Opening {spec}", f"Opened {spec}")
         job.succeeded.connect(lambda insp: self._on_opened(spec, insp))
         job.failed.connect(lambda e: self._on_open_error(spec, e))
         self.opening.emit(spec)
@@ -201,7 +201,7 @@ class AppState(QObject):
         factory = operations.run_checks(
             self.inspection.source, self.fusion_config, dtype=dtype, repeats=repeats, upstream=upstream
         )
-        job = self._start("checks", factory, f"Checking {self.spec} ({dtype})")
+        job = self._start("checks", factory, f"Checking {self.spec} ({dtype})", f"Checked {self.spec} ({dtype})")
         job.succeeded.connect(self._on_checks_done)
         job.failed.connect(lambda e: self._report("Checks failed", e))
         return job
@@ -222,7 +222,7 @@ class AppState(QObject):
             max_shard_size=max_shard_size,
             overwrite=overwrite,
         )
-        job = self._start("export", factory, f"Exporting {self.spec} to {out_dir}")
+        job = self._start("export", factory, f"Exporting {self.spec} to {out_dir}", f"Exported to {out_dir}")
         job.succeeded.connect(self.export_finished.emit)
         return job
 
@@ -230,13 +230,11 @@ class AppState(QObject):
         self.jobs.cancel_current()
 
     # plumbing --------------------------------------------------------------------------
-    def _start(self, name: str, factory: Any, description: str) -> Job:
+    def _start(self, name: str, factory: Any, description: str, done: str) -> Job:
         job = self.jobs.start(name, factory)
         t0 = time.perf_counter()
         job.progressed.connect(lambda d, t, m: self.job_progressed.emit(name, d, t, m))
-        job.succeeded.connect(
-            lambda _r: self.job_ended.emit(name, "ok", f"{description}: done in {time.perf_counter() - t0:.1f} s")
-        )
+        job.succeeded.connect(lambda _r: self.job_ended.emit(name, "ok", f"{done} in {time.perf_counter() - t0:.1f} s"))
         job.failed.connect(lambda e: self.job_ended.emit(name, "failed", f"{description}: failed"))
         job.cancelled.connect(lambda: self._on_cancelled(name, description))
         self.job_started.emit(name)

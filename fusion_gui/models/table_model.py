@@ -22,6 +22,7 @@ class Column:
     text: Callable[[Any], str] = str
     numeric: bool = False
     tooltip: str = ""
+    display: Callable[[dict[str, Any]], str] | None = None  # text from the whole row (overrides ``text``)
 
 
 class RowsTableModel(QAbstractTableModel):
@@ -65,6 +66,8 @@ class RowsTableModel(QAbstractTableModel):
         row = self.rows[index.row()]
         col = self.columns[index.column()]
         value = row.get(col.key)
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole) and col.display is not None:
+            return col.display(row)
         if role == Qt.ItemDataRole.DisplayRole:
             return "" if value is None else col.text(value)
         if role == RowRole:
@@ -73,10 +76,11 @@ class RowsTableModel(QAbstractTableModel):
             return value if isinstance(value, (int, float)) else ("" if value is None else col.text(value))
         if role == Qt.ItemDataRole.TextAlignmentRole and col.numeric:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        styled = self._style_row(row, index.column(), role) if self._style_row is not None else None
+        if styled is not None:
+            return styled
         if role == Qt.ItemDataRole.ToolTipRole and value is not None:
             return col.text(value)
-        if self._style_row is not None:
-            return self._style_row(row, index.column(), role)
         return None
 
 

@@ -45,9 +45,7 @@ def _num(fmt: str):
 
 
 COLUMNS = (
-    Column("result", "Result", tooltip="pass: max |fused - original| within the dtype's tolerance"),
-    Column("module", "Module"),
-    Column("classes", "Original → fused class"),
+    Column("module", "Module", tooltip="pass (green) when max |fused - original| is within the dtype's tolerance"),
     Column("max_abs_diff", "Max abs diff", _num("{:.2e}"), numeric=True),
     Column("max_rel_diff", "Rel diff", _num("{:.2e}"), numeric=True, tooltip="max |diff| / max |original|"),
     Column("tolerance", "Tolerance", _num("{:.1e}"), numeric=True, tooltip="atol + rtol × max |original|"),
@@ -96,17 +94,19 @@ def check_rows(data: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, An
     if e2e:
         end = row(
             "end to end",
-            f"{e2e.get('entry', '')} · {e2e.get('output', '')}",
+            f"{_entry(e2e)} · {e2e.get('output', '')}",
             e2e.get("comparison"),
             e2e.get("timing"),
             bool(e2e.get("passed")),
-            "; ".join(e2e.get("notes", [])),
+            "",  # its notes go to the end-to-end line, where there is room for them
         )
     return rows, end
 
 
 def _style_row(row: dict[str, Any], column: int, role: int) -> Any:
     failed = not row.get("passed")
+    if role == Qt.ItemDataRole.ToolTipRole and column == 0:
+        return f"{row['module']}: {row['classes']}, {'pass' if not failed else 'FAIL'}"
     if role == Qt.ItemDataRole.BackgroundRole and failed:
         return style.tint(style.FAIL, 0.16)
     if role == Qt.ItemDataRole.ForegroundRole and failed:
@@ -159,7 +159,9 @@ class ChecksPanel(QWidget):
         self.table.verticalHeader().hide()
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setAlternatingRowColors(True)
-        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideLeft)
+        self.table.setWordWrap(False)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.chart = ChecksChart()
@@ -271,7 +273,7 @@ class ChecksPanel(QWidget):
         data = result.to_dict()
         rows, end = check_rows(data)
         self.model.set_rows(rows + ([end] if end else []))
-        self.table.resizeColumnsToContents()
+        self._fit(rows + ([end] if end else []))
         self.chart.set_rows(rows, end)
         failed = [r["module"] for r in rows + ([end] if end else []) if not r["passed"]]
         tol = data.get("tolerance", {})
@@ -291,6 +293,25 @@ class ChecksPanel(QWidget):
         self._show_upstream(data.get("upstream"))
         self._update_buttons()
 
+    def _fit(self, rows: list[dict[str, Any]]) -> None:
+        """Numbers at full width; module and class names share the rest (elided in the middle)."""
+        self.table.setColumnHidden(len(COLUMNS) - 1, not any(r.get("note") for r in rows))
+        self.table.resizeColumnsToContents()
+        header = self.table.horizontalHeader()
+        shared = (0,)
+        visible = [c for c in range(len(COLUMNS)) if not self.table.isColumnHidden(c)]
+        others = sum(header.sectionSize(c) for c in visible if c not in shared)
+        room = max(self.table.viewport().width() - others - 2, 140)
+        total = sum(header.sectionSize(c) for c in shared)
+        if total > room:
+            for c in shared:
+                header.resizeSection(c, max(140, int(header.sectionSize(c) * room / total)))
+
+    def resizeEvent(self, event) -> None:  # Qt override: keep the result columns within the width
+        super().resizeEvent(event)
+        if self.model.rows:
+            self._fit(self.model.rows)
+
     def _show_end_to_end(self, end: dict[str, Any] | None, raw: dict[str, Any] | None) -> None:
         if not end or not raw:
             self.end_label.hide()
@@ -298,11 +319,12 @@ class ChecksPanel(QWidget):
         colour = style.PASS if end["passed"] else style.FAIL
         verdict = "pass" if end["passed"] else "FAIL"
         self.end_label.setText(
-            f"<b>End to end</b> ({html.escape(str(raw.get('output')))} of {html.escape(str(raw.get('entry')))}, "
+            f"<b>End to end</b> ({html.escape(str(raw.get('output')))} of {html.escape(_entry(raw))}, "
             f"{html.escape(str(raw.get('input_kind')))} inputs): max abs diff {_num('{:.2e}')(end['max_abs_diff'])}, "
             f"rel {_num('{:.2e}')(end['max_rel_diff'])} — <b style='color:{colour}'>{verdict}</b>; "
             f"original {_num('{:.2f}')(end['original_ms'])} ms, fused {_num('{:.2f}')(end['fused_ms'])} ms "
             f"(<b>{_num('{:.2f}×')(end['speedup'])}</b>)"
+            + "".join(f"<br><span style='color:#5f6368'>{html.escape(n)}</span>" for n in raw.get("notes", []))
         )
         self.end_label.show()
 
@@ -324,6 +346,11 @@ class ChecksPanel(QWidget):
         self.banner.style().unpolish(self.banner)
         self.banner.style().polish(self.banner)
         self.banner.setText(text)
+
+
+def _entry(raw: dict[str, Any]) -> str:
+    entry = str(raw.get("entry") or "")
+    return "the whole model" if entry in ("", "(model)") else entry
 
 
 def upstream_text(upstream: dict[str, Any]) -> str:

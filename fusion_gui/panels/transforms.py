@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from .. import style
 from ..format import shape_text
 from ..models.table_model import Column, RowsTableModel, TextFilterProxy
 
@@ -29,15 +30,24 @@ if TYPE_CHECKING:
 
     from ..state import AppState
 
+
+def _shape(key: str):
+    # the core gives () for keys it could not find in the checkpoint (dtype "?"): unknown, not scalar
+    def text(row: dict) -> str:
+        return "?" if row.get("dtype") == "?" else shape_text(row.get(key))
+
+    return text
+
+
 COLUMNS = (
     Column("source_key", "Source key", tooltip="key in the source layout"),
-    Column("source_shape", "Shape", shape_text),
+    Column("source_shape", "Shape", display=_shape("source_shape")),
     Column("dtype", "dtype"),
     Column("op", "Op", tooltip="the tensor operation; each has an exact inverse"),
     Column("target_key", "Target key", tooltip="key in the target layout"),
-    Column("target_shape", "Target shape", shape_text),
-    Column("family", "Family"),
+    Column("target_shape", "Target shape", display=_shape("target_shape")),
 )
+KEY_COLUMNS = (0, 4)
 
 
 class TransformsPanel(QWidget):
@@ -46,7 +56,7 @@ class TransformsPanel(QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
-        self.model = RowsTableModel(COLUMNS, parent=self)
+        self.model = RowsTableModel(COLUMNS, self._style_row, self)
         self.proxy = TextFilterProxy(self)
         self.proxy.setSourceModel(self.model)
 
@@ -72,10 +82,12 @@ class TransformsPanel(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setWordWrap(False)
         self.table.verticalHeader().hide()
-        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        # keys differ in their tails (layer index, projection): keep the tail visible
+        self.table.setTextElideMode(Qt.TextElideMode.ElideLeft)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        header.setStretchLastSection(True)
+        header.setStretchLastSection(False)
 
         bar = QHBoxLayout()
         bar.addWidget(self.load_button)
@@ -93,6 +105,16 @@ class TransformsPanel(QWidget):
         self.copy_button.clicked.connect(self.copy_json)
         state.plan_changed.connect(self._on_plan_changed)
         self._on_plan_changed(None)
+
+    def _style_row(self, row: dict, column: int, role: int) -> object:
+        # the family shows as its colour (as in the tree) with the name in the tooltip: one column less
+        if column == 0 and role == Qt.ItemDataRole.DecorationRole:
+            order = self.state.family_order
+            i = order.index(row["family"]) if row.get("family") in order else 0
+            return style.fused_icon(style.FAMILY_COLOURS[i % len(style.FAMILY_COLOURS)])
+        if column == 0 and role == Qt.ItemDataRole.ToolTipRole:
+            return f"{row.get('source_key')}  ({row.get('family')})"
+        return None
 
     @property
     def direction(self) -> str:
@@ -126,15 +148,34 @@ class TransformsPanel(QWidget):
             )
             if plan.layout == "fused" and self.direction == "load":
                 text += " The checkpoint is already fused: it loads as is."
+            missing = sum(1 for ct in plan.checkpoint_transforms if ct.present == "missing")
+            if missing:
+                text += (
+                    f"<br><span style='color:#b26a00'><b>{missing} transform(s)</b> name keys that were not found "
+                    "in the checkpoint under these names (shapes shown as ?).</span>"
+                )
         if not rows:
             text += " Nothing to transform with the enabled fusions."
         self.info.setText(text)
 
     def _fit(self) -> None:
+        """Fit the columns to their text; long keys share what is left (elided in the middle)."""
         self.table.resizeColumnsToContents()
         header = self.table.horizontalHeader()
         for col in range(self.model.columnCount()):
-            header.resizeSection(col, min(header.sectionSize(col) + 12, 460))
+            header.resizeSection(col, header.sectionSize(col) + 6)
+        width = self.table.viewport().width()
+        others = sum(header.sectionSize(c) for c in range(self.model.columnCount()) if c not in KEY_COLUMNS)
+        room = max(width - others - 2, 2 * 120)
+        keys = sum(header.sectionSize(c) for c in KEY_COLUMNS)
+        if keys > room:
+            for c in KEY_COLUMNS:
+                header.resizeSection(c, max(120, int(header.sectionSize(c) * room / keys)))
+
+    def resizeEvent(self, event) -> None:  # Qt override: the key columns share the new width
+        super().resizeEvent(event)
+        if self.model.rows:
+            self._fit()
 
     def visible_rows(self) -> list[dict]:
         return self.proxy.visible_rows()

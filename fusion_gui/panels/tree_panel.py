@@ -23,7 +23,16 @@ from PySide6.QtWidgets import (
 )
 
 from .. import style
-from ..models.tree_model import CLASS, NAME, ColourRole, CountRole, ModuleFilterProxy, ModuleTreeModel, StatusRole
+from ..models.tree_model import (
+    CLASS,
+    NAME,
+    SHAPE,
+    ColourRole,
+    CountRole,
+    ModuleFilterProxy,
+    ModuleTreeModel,
+    StatusRole,
+)
 
 if TYPE_CHECKING:
     from fusion_core import Inspection
@@ -117,7 +126,7 @@ class TreePanel(QWidget):
         header = self.view.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        for col, width in enumerate((250, 230, 70, 62, 110, 70)):
+        for col, width in enumerate((220, 200, 66, 60, 100, 64)):
             header.resizeSection(col, width)
 
         self.legend = QHBoxLayout()
@@ -322,12 +331,17 @@ class TreePanel(QWidget):
                 self.state.select_module(node.path)
 
     def fit_columns(self) -> None:
-        """Size the name and class columns to what is shown, within the visible width."""
+        """Fit class and shape to their text; the name column takes the rest of the width."""
         header = self.view.header()
-        for col in (NAME, CLASS):
+        width = self.view.viewport().width()
+        for col in (CLASS, SHAPE):
             self.view.resizeColumnToContents(col)
-        others = sum(header.sectionSize(c) for c in range(header.count()) if c not in (NAME, CLASS))
-        room = max(self.view.viewport().width() - others - 4, 300)
-        name_w = min(max(header.sectionSize(NAME) + 30, 180), int(room * 0.55))
-        header.resizeSection(NAME, name_w)
-        header.resizeSection(CLASS, min(max(header.sectionSize(CLASS), 140), room - name_w))
+        header.resizeSection(SHAPE, min(max(header.sectionSize(SHAPE), 90), 150))
+        header.resizeSection(CLASS, min(max(header.sectionSize(CLASS) + 8, 140), int(width * 0.3)))
+        others = sum(header.sectionSize(c) for c in range(header.count()) if c != NAME)
+        header.resizeSection(NAME, max(width - others - 2, 200))
+
+    def resizeEvent(self, event) -> None:  # Qt override: keep the columns within the width
+        super().resizeEvent(event)
+        if self.model.tree is not None:
+            self.fit_columns()
