@@ -7,6 +7,7 @@ replace (:meth:`Inspection.discovery`), and build a :class:`FusionPlan`.
 from __future__ import annotations
 
 from .checkpoint import CheckpointIndex, TensorInfo, read_header, read_index
+from .checks import CheckResult, check, iter_check
 from .discovery import Discovery, Match, Rejection, discover
 from .errors import (
     Cancelled,
@@ -37,6 +38,7 @@ __all__ = [
     "REGISTRY",
     "CancelToken",
     "Cancelled",
+    "CheckResult",
     "CheckpointError",
     "CheckpointIndex",
     "ConfigError",
@@ -66,12 +68,14 @@ __all__ = [
     "Verdict",
     "build_meta_model",
     "cached_hub_models",
+    "check",
     "discover",
     "drive",
     "export",
     "families",
     "get_family",
     "inspect_model",
+    "iter_check",
     "iter_export",
     "iter_load",
     "known_model_types",

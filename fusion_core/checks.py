@@ -13,6 +13,7 @@ separate process (:mod:`fusion_core.upstream`); it is information, never a failu
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Generator
@@ -352,7 +353,7 @@ def capture_and_run(
 
 
 def iter_check(
-    source: ModelSource | str,
+    source: ModelSource | str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,
     *,
     dtype: str = "float32",
@@ -491,7 +492,7 @@ def _check_end_to_end(
 
 
 def check(
-    source: ModelSource | str,
+    source: ModelSource | str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,
     *,
     dtype: str = "float32",

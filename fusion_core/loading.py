@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import sys
 import time
 from collections.abc import Generator
@@ -133,12 +134,13 @@ def plain_config(config: Any) -> Any:
     return config
 
 
-def resolve_source(source: ModelSource | str, trust_remote_code: bool) -> ModelSource:
-    from .sources import resolve
+def resolve_source(source: ModelSource | str | os.PathLike[str], trust_remote_code: bool = False) -> ModelSource:
+    """``source`` itself when already resolved, else :func:`fusion_core.sources.resolve` of it."""
+    from .sources import ModelSource, resolve
 
-    if isinstance(source, str):
-        return resolve(source, trust_remote_code=trust_remote_code)
-    return source
+    if isinstance(source, ModelSource):
+        return source
+    return resolve(os.fspath(source), trust_remote_code=trust_remote_code)
 
 
 def require_weights(source: ModelSource) -> None:
@@ -296,7 +298,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def iter_load(
-    source: ModelSource | str,
+    source: ModelSource | str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,
     *,
     dtype: str | torch.dtype = "float32",
@@ -380,7 +382,7 @@ def iter_load(
 
 
 def load(
-    source: ModelSource | str,
+    source: ModelSource | str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,
     *,
     dtype: str | torch.dtype = "float32",
@@ -400,7 +402,7 @@ def load(
 
 
 def load_plain(
-    source: ModelSource | str,
+    source: ModelSource | str | os.PathLike[str],
     *,
     dtype: str | torch.dtype = "float32",
     device: str = "cpu",

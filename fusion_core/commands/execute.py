@@ -88,11 +88,15 @@ def cmd_load(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from ..checks import iter_check
     from ..errors import UsageError
+    from ..loading import resolve_source
 
     if args.repeats < 1:
         raise UsageError("check: --repeats must be at least 1")
+    source = resolve_source(args.model, args.trust_remote_code)
+    if not args.fusion and getattr(source.config, "fusion_config", None) is None:
+        raise UsageError("check: give at least one --fusion NAME (see `fusion-core families`); the config has none")
     gen = iter_check(
-        args.model,
+        source,
         _fusion_config(args),
         dtype=args.dtype,
         repeats=args.repeats,

@@ -1,0 +1,122 @@
+"""Inference checks on real tiny checkpoints: pass, fail (a deliberately wrong family),
+nothing to fuse, dtypes, JSON, and upstream parity (one run, separate process)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import _wrong_family as _wrong
+import pytest
+import torch
+
+from fusion_core import check
+from fusion_core.checks import TOLERANCES, iter_check
+
+PE = {"patch_embeddings": True}
+
+
+@pytest.fixture
+def wrong_family() -> Iterator[str]:
+    with _wrong.wrong_family() as name:
+        yield name
+
+
+def test_check_demo_passes_float32(qwen2_vl_dir: Path) -> None:
+    result = check(qwen2_vl_dir, PE, repeats=2, upstream=False)
+    assert result.passed and not result.nothing_to_fuse
+    (module,) = result.modules
+    assert module.path == "model.visual.patch_embed"
+    assert (module.original_class, module.fused_class) == ("PatchEmbed", "FusedPatchEmbed")
+    assert module.input_shapes == [[24, 3 * 2 * 14 * 14]]
+    assert module.comparison.max_abs_diff <= 1e-5
+    assert module.timing.original_ms > 0 and module.timing.fused_ms > 0 and module.timing.repeats == 2
+    e2e = result.end_to_end
+    assert e2e.output == "logits" and e2e.input_kind == "vision-grid" and e2e.passed
+    assert e2e.comparison.max_abs_diff <= 1e-5
+    assert set(e2e.input_shapes) >= {"pixel_values", "image_grid_thw", "input_ids"}
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["passed"] is True and data["tolerance"]["atol"] == TOLERANCES["float32"][0]
+    assert data["load"]["fused_modules"][0]["module"] == "model.visual.patch_embed"
+    assert data["upstream"] is None
+
+
+def test_check_is_deterministic(qwen2_vl_dir: Path) -> None:
+    a = check(qwen2_vl_dir, PE, repeats=1, upstream=False)
+    b = check(qwen2_vl_dir, PE, repeats=1, upstream=False)
+    assert a.end_to_end.comparison.max_abs_diff == b.end_to_end.comparison.max_abs_diff
+    assert a.modules[0].comparison.max_abs_diff == b.modules[0].comparison.max_abs_diff
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_check_half_dtypes(qwen2_vl_dir: Path, dtype: str) -> None:
+    result = check(qwen2_vl_dir, PE, dtype=dtype, repeats=1, upstream=False)
+    assert result.passed and result.dtype == dtype
+    assert result.tolerance["rtol"] == TOLERANCES[dtype][1] > TOLERANCES["float32"][1]
+
+
+def test_wrong_fusion_fails(qwen2_vl_dir: Path, wrong_family: str) -> None:
+    result = check(qwen2_vl_dir, {wrong_family: True}, repeats=1, upstream=False)
+    assert not result.passed
+    assert not result.modules[0].passed  # the tiny model may damp 0.1% below the end-to-end tolerance
+    assert result.modules[0].comparison.max_rel_diff == pytest.approx(1e-3, rel=0.05)
+
+
+def test_nothing_to_fuse_passes(llama_dir: Path) -> None:
+    result = check(llama_dir, PE, upstream=True)
+    assert result.passed and result.nothing_to_fuse
+    assert result.modules == [] and result.end_to_end is None and result.upstream is None
+    assert any("nothing to fuse" in m for m in result.messages)
+
+
+def test_progress_and_cancel(qwen2_vl_dir: Path) -> None:
+    from fusion_core import Cancelled, CancelToken
+
+    token = CancelToken()
+    messages: list[str] = []
+
+    def on_step(step) -> None:
+        messages.append(step.message)
+        if step.message.startswith("checking"):
+            token.cancel()
+
+    with pytest.raises(Cancelled):
+        check(qwen2_vl_dir, PE, repeats=1, upstream=False, progress=on_step, cancel=token)
+    assert "loading the fused model" in messages and "running the original model on synthetic inputs" in messages
+    steps = list(_steps(iter_check(qwen2_vl_dir, PE, repeats=1, upstream=False)))
+    assert steps[-1].done == steps[-1].total
+
+
+def _steps(gen):
+    while True:
+        try:
+            yield next(gen)
+        except StopIteration:
+            return
+
+
+@pytest.mark.skipif(os.environ.get("FUSION_SKIP_UPSTREAM") == "1", reason="FUSION_SKIP_UPSTREAM=1")
+def test_upstream_matches_where_it_is_right(tmp_path: Path) -> None:
+    """Qwen3-VL: upstream fuses correctly (it leaks, though); our result matches it."""
+    import transformers
+    from _fusable_families import tiny_config
+
+    if not hasattr(transformers, "Qwen3VLForConditionalGeneration"):
+        pytest.skip("this transformers has no Qwen3-VL")
+    from fusion_core.upstream import upstream_knows
+
+    if not upstream_knows("patch_embeddings")[0]:
+        pytest.skip(upstream_knows("patch_embeddings")[1])
+    torch.manual_seed(0)
+    model = transformers.Qwen3VLForConditionalGeneration(tiny_config("qwen3_vl"))
+    model.save_pretrained(tmp_path / "qwen3vl")
+    result = check(tmp_path / "qwen3vl", PE, repeats=1)
+    up = result.upstream
+    assert result.passed and up.available and up.ran and not up.error
+    assert up.matches_ours, up.summary
+    assert up.missing_keys == [] and up.unexpected_keys == []
+    assert up.module_classes == {"model.visual.patch_embed": "FusedQwen3VLVisionPatchEmbed"}
+    assert up.max_abs_diff == pytest.approx(result.end_to_end.comparison.max_abs_diff, abs=1e-6)
+    assert "matches ours" in up.summary
