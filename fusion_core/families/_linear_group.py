@@ -41,6 +41,13 @@ def _version(t: torch.Tensor | None) -> int | None:
     return t._version
 
 
+def _autocast(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # device types without autocast (meta)
+        return False
+
+
 class LinearGroup:
     """The shared state of one fused module: member sizes, the per-forward cache, the mode."""
 
@@ -83,7 +90,7 @@ class LinearGroup:
             _version(fused.weight),
             _version(fused.bias),
             torch.is_grad_enabled(),
-            torch.is_autocast_enabled(x.device.type),
+            _autocast(x.device.type),
         )
 
     def call(self, index: int, x: torch.Tensor) -> torch.Tensor:

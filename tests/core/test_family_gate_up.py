@@ -105,3 +105,12 @@ def test_conflicting_families_fail_fast(root):
             insp.plan({FAMILY: True, "test_gate_up_twin": True})
     finally:
         unregister("test_gate_up_twin")
+
+
+def test_fused_module_runs_on_the_meta_device():
+    """Shape tracing on meta tensors (no autocast for that device) goes through the fused path."""
+    with torch.device("meta"):
+        mlp = _MLP()
+    get_family(FAMILY).fuse_module(mlp)
+    assert mlp.gate_up_proj.weight.is_meta
+    assert mlp(torch.empty(2, 8, device="meta")).shape == (2, 8)
