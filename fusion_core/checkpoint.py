@@ -16,10 +16,7 @@ except the Hugging Face cache's own links into its ``blobs`` folder).
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import stat
 import struct
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -28,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
+from .safety import DuplicateKeyError, open_regular, read_regular_file, strict_json_loads
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -141,102 +139,6 @@ def _fail(path: Path, what: str) -> CheckpointError:
     return CheckpointError(f"{path}: {what}")
 
 
-def read_regular_file(path: Path, limit: int, error: type[Exception] = CheckpointError) -> bytes:
-    """Read a whole small file, refusing anything that is not a regular file or is too large.
-
-    A FIFO or a device (e.g. a ``config.json`` linked to ``/dev/zero``) would block or never
-    end, so the file is opened non-blocking and checked with ``fstat`` on the open handle.
-
-    Args:
-        path: the file.
-        limit: the most bytes accepted.
-        error: the exception class to raise (``CheckpointError``, ``ConfigError``...).
-
-    Returns:
-        The file's bytes.
-
-    Raises:
-        error: missing, not a regular file, unreadable, or larger than ``limit``.
-    """
-    with _open_regular(path, error) as (f, size):
-        if size > limit:
-            raise error(f"{path}: {size} bytes, larger than the {limit} byte limit for this file; refused")
-        try:
-            data = f.read(limit + 1)
-        except OSError as e:
-            raise error(f"{path}: cannot be read ({e.strerror or e})") from None
-    if len(data) > limit:  # grew after fstat
-        raise error(f"{path}: larger than the {limit} byte limit for this file; refused")
-    return data
-
-
-@contextmanager
-def _open_regular(path: Path, error: type[Exception]) -> Iterator[tuple[Any, int]]:
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        hint = " (a broken link)" if os.path.islink(path) else ""
-        raise error(f"{path}: file not found{hint}") from None
-    except PermissionError:
-        raise error(f"{path}: permission denied") from None
-    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-        raise error(f"{path}: cannot be opened ({getattr(e, 'strerror', None) or e})") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise error(f"{path}: is a folder, not a file")
-        if not stat.S_ISREG(st.st_mode):
-            raise error(f"{path}: not a regular file (a pipe or a device?); refused")
-        f = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-    with f:
-        yield f, st.st_size
-
-
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(f"key {key!r} appears twice")
-        self.key = key
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"number {text[:20]} is out of range")
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def strict_json_loads(data: bytes | str) -> Any:
-    """Parse JSON as strict parsers (safetensors' serde, most tools) do.
-
-    Repeated keys, ``NaN``/``Infinity`` and out-of-range numbers are refused: two parsers
-    that disagree on one file are how a checked file turns into a different file when
-    read again.
-
-    Raises:
-        ValueError: not valid (strict) JSON; ``UnicodeDecodeError`` for non-UTF-8 bytes.
-        RecursionError: nested too deeply.
-    """
-    text = data.decode("utf-8") if isinstance(data, bytes) else data
-    return json.loads(text, object_pairs_hook=_no_duplicates, parse_float=_finite, parse_constant=_no_constant)
-
-
 def read_header(path: str | os.PathLike[str], relative_name: str | None = None) -> ShardHeader:
     """Parse and validate the header of one safetensors file without reading tensor data.
 
@@ -253,7 +155,7 @@ def read_header(path: str | os.PathLike[str], relative_name: str | None = None) 
     """
     path = Path(path)
     name = relative_name or path.name
-    with _open_regular(path, CheckpointError) as (f, size):
+    with open_regular(path, CheckpointError) as (f, size):
         try:
             head = f.read(8)
             if len(head) < 8:
@@ -270,7 +172,7 @@ def read_header(path: str | os.PathLike[str], relative_name: str | None = None) 
         raise _fail(path, "changed while it was read (truncated)")
     try:
         header = strict_json_loads(raw)
-    except _DuplicateKey as e:
+    except DuplicateKeyError as e:
         raise _fail(path, f"header names tensor {e.key!r} twice: corrupt or hostile file") from None
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         reason = "nested too deeply" if isinstance(e, RecursionError) else str(e).splitlines()[0][:200]

@@ -8,18 +8,25 @@
   counts would make a meta model so large that building it freezes the app, before any
   config object or model exists;
 * :func:`module_budget`: the backstop while a model is built, for sizes the estimate
-  does not know.
+  does not know;
+* :func:`read_regular_file` / :func:`strict_json_loads`: small files read without
+  blocking on pipes or devices, and JSON parsed as strictly as safetensors does.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import re
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, ModelSourceError
+from .errors import CheckpointError, ConfigError, ModelSourceError
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -252,3 +259,106 @@ def module_budget(limit: int = MAX_MODULES, where: str = "the model") -> Iterato
         yield
     finally:
         handle.remove()
+
+
+def read_regular_file(path: Path, limit: int, error: type[Exception] = CheckpointError) -> bytes:
+    """Read a whole small file, refusing anything that is not a regular file or is too large.
+
+    A FIFO or a device (e.g. a ``config.json`` linked to ``/dev/zero``) would block or never
+    end, so the file is opened non-blocking and checked with ``fstat`` on the open handle.
+
+    Args:
+        path: the file.
+        limit: the most bytes accepted.
+        error: the exception class to raise (``CheckpointError``, ``ConfigError``...).
+
+    Returns:
+        The file's bytes.
+
+    Raises:
+        error: missing, not a regular file, unreadable, or larger than ``limit``.
+    """
+    with open_regular(path, error) as (f, size):
+        if size > limit:
+            raise error(f"{path}: {size} bytes, larger than the {limit} byte limit for this file; refused")
+        try:
+            data = f.read(limit + 1)
+        except OSError as e:
+            raise error(f"{path}: cannot be read ({e.strerror or e})") from None
+    if len(data) > limit:  # grew after fstat
+        raise error(f"{path}: larger than the {limit} byte limit for this file; refused")
+    return data
+
+
+@contextmanager
+def open_regular(path: Path, error: type[Exception]) -> Iterator[tuple[Any, int]]:
+    """Open a regular file for reading without ever blocking; yields (binary file, size).
+
+    Raises:
+        error: missing (or a broken link), a folder, a pipe or device, or unreadable.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        hint = " (a broken link)" if os.path.islink(path) else ""
+        raise error(f"{path}: file not found{hint}") from None
+    except PermissionError:
+        raise error(f"{path}: permission denied") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise error(f"{path}: cannot be opened ({getattr(e, 'strerror', None) or e})") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise error(f"{path}: is a folder, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{path}: not a regular file (a pipe or a device?); refused")
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        yield f, st.st_size
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object repeats a key (raised by :func:`strict_json_loads`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key {key!r} appears twice")
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def strict_json_loads(data: bytes | str) -> Any:
+    """Parse JSON as strict parsers (safetensors' serde, most tools) do.
+
+    Repeated keys, ``NaN``/``Infinity`` and out-of-range numbers are refused: two parsers
+    that disagree on one file are how a checked file turns into a different file when
+    read again.
+
+    Raises:
+        ValueError: not valid (strict) JSON; ``UnicodeDecodeError`` for non-UTF-8 bytes.
+        RecursionError: nested too deeply.
+    """
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    return json.loads(text, object_pairs_hook=_no_duplicates, parse_float=_finite, parse_constant=_no_constant)
