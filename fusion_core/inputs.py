@@ -10,7 +10,9 @@ config calls it):
   image, a text sequence with the right number of image tokens between the vision
   start/end tokens, ``mm_token_type_ids`` and ``attention_mask`` when accepted;
 * video models (``pixel_values`` / ``pixel_values_videos`` without a grid): one clip of
-  ``num_frames`` x ``image_size`` (both layouts, frames-first tried first);
+  ``num_frames`` x ``image_size`` (both layouts, frames-first tried first); image models
+  (a Conv2d patch embedding): one ``image_size`` image;
+* a vision tower alone (``hidden_states`` + ``grid_thw``): flattened patches and their grid;
 * language models: ``input_ids``.
 
 :func:`candidate_inputs` returns the candidates in order; the caller keeps the first one
@@ -39,7 +41,7 @@ class ModelInputs:
 
     entry: str  # module path whose forward is called ("" = the model itself)
     kwargs: dict[str, Any]
-    kind: str  # "vision-grid" | "video" | "text"
+    kind: str  # "vision-grid" | "vision-tower" | "video" | "image" | "text"
     notes: list[str] = field(default_factory=list)
 
     def shapes(self) -> dict[str, list[int]]:
@@ -161,21 +163,20 @@ def _grid_inputs(entry: nn.Module, conv: nn.Module, params: dict, gen: torch.Gen
     return ModelInputs("", kwargs, "vision-grid", notes)
 
 
-def _video_inputs(
+def _pixel_inputs(
     entry: nn.Module, conv: nn.Module, key: str, params: dict, gen: torch.Generator, dtype: Any
 ) -> Iterator[ModelInputs]:
+    """Images (Conv2d patches) or video clips (Conv3d tubelets) at the config's size."""
     import torch
 
     config = entry.config
-    kt, kh, _kw = tuple(conv.kernel_size)[-3:]
+    kernel = tuple(conv.kernel_size)
     channels = int(conv.in_channels)
-    frames = int(config_value(config, "num_frames", "frames_per_clip") or 2 * kt)
     size = config_value(config, "image_size", "crop_size")
     if isinstance(size, (list, tuple)):
         height, width = int(size[0]), int(size[-1])
     else:
-        height = width = int(size) if size else 2 * kh
-    clip = torch.randn(1, frames, channels, height, width, generator=gen).to(dtype)
+        height = width = int(size) if size else 2 * kernel[-2 if len(kernel) > 1 else -1]
     extra: dict[str, Any] = {}
     required = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n != key]
     if "input_ids" in required:
@@ -183,6 +184,12 @@ def _video_inputs(
         extra["input_ids"] = ids
         if "attention_mask" in params:
             extra["attention_mask"] = torch.ones_like(ids)
+    if len(kernel) == 2:
+        image = torch.randn(1, channels, height, width, generator=gen).to(dtype)
+        yield ModelInputs("", {key: image, **extra}, "image", [f"one image, {channels} channels, {height}x{width}"])
+        return
+    frames = int(config_value(config, "num_frames", "frames_per_clip") or 2 * kernel[0])
+    clip = torch.randn(1, frames, channels, height, width, generator=gen).to(dtype)
     note = f"one clip of {frames} frames, {channels} channels, {height}x{width}"
     yield ModelInputs("", {key: clip, **extra}, "video", [note + " (frames first)"])
     yield ModelInputs("", {key: clip.transpose(1, 2).contiguous(), **extra}, "video", [note + " (channels first)"])
@@ -231,10 +238,10 @@ def candidate_inputs(
         key = "hidden_states" if "hidden_states" in params else "pixel_values"
         kwargs = {key: inputs.kwargs["pixel_values"], "grid_thw": inputs.kwargs["image_grid_thw"]}
         yield ModelInputs(entry_path, kwargs, "vision-tower", inputs.notes)
-    elif conv is not None and any(k in params for k in _PIXEL_KEYS):
+    elif conv is not None and len(conv.kernel_size) in (2, 3) and any(k in params for k in _PIXEL_KEYS):
         found = True
         key = next(k for k in _PIXEL_KEYS if k in params)
-        for inputs in _video_inputs(entry, conv, key, params, _generator(seed), dtype):
+        for inputs in _pixel_inputs(entry, conv, key, params, _generator(seed), dtype):
             inputs.entry = entry_path
             inputs.kwargs.update(common)
             yield inputs

@@ -329,18 +329,26 @@ class KeyMatcher:
                 found.append((k, model_key[: len(model_key) - len(k)], ""))
             elif k.endswith("." + model_key):
                 found.append((k, "", k[: len(k) - len(model_key)]))
-        if not found and len(candidates) == 1:
+        if not found and candidates:
             # a prefix renamed in the middle (omni models save ``thinker.visual.`` for the
-            # model's ``thinker.model.visual.``): both keys share a dotted suffix, and the
-            # differing prefixes swap; only when the tail names a single checkpoint key
-            k = candidates[0]
-            m_parts, k_parts = model_key.split("."), k.split(".")
-            n = 0
-            while n < min(len(m_parts), len(k_parts)) and m_parts[-1 - n] == k_parts[-1 - n]:
-                n += 1
-            strip = ".".join(m_parts[: len(m_parts) - n])
-            add = ".".join(k_parts[: len(k_parts) - n])
-            found.append((k, strip + "." if strip else "", add + "." if add else ""))
+            # model's ``thinker.model.visual.``, Qwen2-VL ``model.layers.`` for
+            # ``model.language_model.layers.``): the checkpoint key sharing the longest
+            # dotted suffix, when exactly one does; the differing prefixes swap
+            m_parts = model_key.split(".")
+            scored = []
+            for k in candidates:
+                k_parts = k.split(".")
+                n = 0
+                while n < min(len(m_parts), len(k_parts)) and m_parts[-1 - n] == k_parts[-1 - n]:
+                    n += 1
+                scored.append((n, k, k_parts))
+            best = max(n for n, _, _ in scored)
+            top = [(n, k, parts) for n, k, parts in scored if n == best]
+            if len(top) == 1:
+                _, k, k_parts = top[0]
+                strip = ".".join(m_parts[: len(m_parts) - best])
+                add = ".".join(k_parts[: len(k_parts) - best])
+                found.append((k, strip + "." if strip else "", add + "." if add else ""))
         return found[0] if len(found) == 1 else None
 
     @staticmethod

@@ -1,0 +1,174 @@
+"""Benchmark: fused loading vs a plain ``from_pretrained`` of the same checkpoint.
+
+Generates (once, cached under ``benchmarks/.bench/``) a random-weight Qwen2-VL-shaped
+checkpoint of about 1.4 GB (``--quick``: about 0.6 GB), saved by transformers'
+``save_pretrained``. Then, each measurement a fresh process, interleaved, medians over
+``--runs``:
+
+* plain: ``Qwen2VLForConditionalGeneration.from_pretrained(folder)``;
+* fused: ``fusion_core.load(folder, {"patch_embeddings": True})`` (the plan, the strict key
+  checks, the load through transformers, the in-place fusion);
+* bare: the imports alone (for reference).
+
+Whole-process wall time and peak RSS (``wait4``) of each, and the fused/plain ratios
+(targets: time <= 1.10, peak RSS <= 1.05), side by side.
+
+    .venv/bin/python benchmarks/bench_load.py [--quick] [--runs N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CACHE = HERE / ".bench"
+MIB = 1024 * 1024
+QUIET = "import os; os.environ['TRANSFORMERS_VERBOSITY'] = 'error'; os.environ['HF_HUB_OFFLINE'] = '1'; "
+QUIET += "from transformers.utils import logging as l; l.disable_progress_bar(); "
+TIMED = "import sys, time; t0 = time.perf_counter(); "
+SCRIPTS = {
+    "bare": QUIET + "import torch, fusion_core, transformers.models.qwen2_vl.modeling_qwen2_vl",
+    "plain": QUIET
+    + TIMED
+    + "from transformers import Qwen2VLForConditionalGeneration as C; m = C.from_pretrained(sys.argv[1]); "
+    + "print(time.perf_counter() - t0)",
+    "fused": QUIET
+    + TIMED
+    + "from fusion_core import load; r = load(sys.argv[1], {'patch_embeddings': True}); "
+    + "assert r.fused_modules; print(time.perf_counter() - t0)",
+}
+
+
+def generate(folder: Path, layers: int, vision_depth: int) -> None:
+    """Write a random-weight checkpoint with transformers' own ``save_pretrained``."""
+    import torch
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    config = Qwen2VLConfig(
+        text_config={
+            "vocab_size": 32000,
+            "hidden_size": 1024,
+            "intermediate_size": 4096,
+            "num_hidden_layers": layers,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+            "tie_word_embeddings": False,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+        },
+        vision_config={"depth": vision_depth, "embed_dim": 1280, "hidden_size": 1024, "num_heads": 16, "in_channels": 3},
+        image_token_id=31990,
+        video_token_id=31991,
+        vision_start_token_id=31992,
+        vision_end_token_id=31993,
+    )
+    with torch.device("meta"):
+        model = Qwen2VLForConditionalGeneration(config)
+    model.to_empty(device="cpu")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02, generator=gen)
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    os.replace(tmp, folder)
+
+
+def checkpoint(quick: bool) -> Path:
+    import transformers
+
+    layers, depth = (2, 2) if quick else (12, 4)
+    folder = CACHE / f"load-qwen2vl-{layers}l{depth}v-v1-tf{transformers.__version__}"
+    if not (folder / "config.json").is_file():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        print(f"generating {folder.name} ...", file=sys.stderr)
+        generate(folder, layers, depth)
+    return folder
+
+
+def measure_rss(kind: str, folder: Path) -> tuple[dict[str, float], float]:
+    """As :func:`measure`, with the child's own peak RSS from ``wait4``."""
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPTS[kind], str(folder)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    # the pipes are small (one number), so waiting before reading cannot deadlock
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out, err = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+    if proc.returncode != 0:
+        raise SystemExit(f"{kind} failed: {err.decode()[-2000:]}")
+    lines = out.decode().split()
+    inner = float(lines[-1]) if lines and kind != "bare" else 0.0
+    rss = usage.ru_maxrss / 1024 if sys.platform != "darwin" else usage.ru_maxrss / MIB
+    return {"wall": wall, "inner": inner}, rss
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a ~0.6 GB checkpoint, 3 runs")
+    parser.add_argument("--runs", type=int, default=None, help="runs per variant (default 5, quick 3)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    runs = args.runs or (3 if args.quick else 5)
+    folder = checkpoint(args.quick)
+    size = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    results: dict[str, dict[str, list[float]]] = {k: {"wall": [], "inner": [], "rss": []} for k in SCRIPTS}
+    measure_rss("plain", folder)  # warm the page cache: every measured run reads from memory
+    for _ in range(runs):
+        for kind in ("bare", "plain", "fused"):
+            times, rss = measure_rss(kind, folder)
+            results[kind]["wall"].append(times["wall"])
+            results[kind]["inner"].append(times["inner"])
+            results[kind]["rss"].append(rss)
+    med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in results.items()}
+    report = {
+        "checkpoint": str(folder),
+        "checkpoint_mb": round(size / MIB, 1),
+        "runs": runs,
+        "median": {k: {m: round(v, 4) for m, v in r.items()} for k, r in med.items()},
+        "time_ratio": round(med["fused"]["wall"] / med["plain"]["wall"], 3),
+        "rss_ratio": round(med["fused"]["rss"] / med["plain"]["rss"], 3),
+        "time_ratio_beyond_imports": round(
+            (med["fused"]["wall"] - med["bare"]["wall"]) / max(med["plain"]["wall"] - med["bare"]["wall"], 1e-9), 3
+        ),
+        "targets": {"time_ratio": 1.10, "rss_ratio": 1.05},
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"checkpoint: {folder.name} ({size / MIB:.0f} MiB), {runs} fresh processes each, medians")
+    print(f"{'':28}{'plain':>10}{'fused':>10}{'ratio':>8}  target")
+    print(
+        f"{'whole process, s':28}{med['plain']['wall']:>10.2f}{med['fused']['wall']:>10.2f}"
+        f"{report['time_ratio']:>8.3f}  <= 1.10"
+    )
+    print(
+        f"{'peak RSS, MiB':28}{med['plain']['rss']:>10.0f}{med['fused']['rss']:>10.0f}{report['rss_ratio']:>8.3f}  <= 1.05"
+    )
+    print(
+        f"{'load in process, s':28}{med['plain']['inner']:>10.2f}{med['fused']['inner']:>10.2f}"
+        f"{med['fused']['inner'] / med['plain']['inner']:>8.3f}"
+    )
+    print(
+        f"{'bare imports, s':28}{med['bare']['wall']:>10.2f}   (beyond imports: "
+        f"{report['time_ratio_beyond_imports']:.3f}x)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
