@@ -110,6 +110,7 @@ class Scripted(QObject):
         self.times: dict[str, float] = {}
         self.exit_code = 0
         state = window.state
+        state.opening.connect(lambda _spec: self._mark("open_started"))
         state.model_changed.connect(self._on_model_changed)
         state.open_failed.connect(self._on_open_failed)
         state.checks_finished.connect(lambda _r: self._on_ready())
@@ -123,6 +124,7 @@ class Scripted(QObject):
 
     def _on_model_changed(self, _insp: object) -> None:
         self._mark("model_ready")
+        self.times.setdefault("open_s", self.times["model_ready"] - self.times.get("open_started", self.t0))
         self._tree_paint.arm()
         self.window.tree.view.viewport().update()
 

@@ -22,6 +22,7 @@ from PySide6.QtGui import QColor, QFont
 
 from .. import style
 from ..format import human_count, shape_text
+from ._pyside_fix import no_data
 
 if TYPE_CHECKING:
     from fusion_core import ModuleNode, ModuleTree
@@ -202,7 +203,7 @@ class ModuleTreeModel(QAbstractItemModel):
                 return COLUMNS[section]
             if role == Qt.ItemDataRole.ToolTipRole:
                 return _HEADER_TIPS[section]
-        return None
+        return no_data()
 
     def flags(self, index: Index) -> Qt.ItemFlag:
         if not index.isValid():
@@ -210,8 +211,10 @@ class ModuleTreeModel(QAbstractItemModel):
         return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid():
-            return None
+        value = self._data(index, role) if index.isValid() else None
+        return no_data() if value is None else value
+
+    def _data(self, index: Index, role: int) -> Any:
         node: ModuleNode = index.internalPointer()
         col = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
