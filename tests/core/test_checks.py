@@ -14,6 +14,7 @@ import torch
 
 from fusion_core import check
 from fusion_core.checks import TOLERANCES, iter_check
+from fusion_core.families import REGISTRY
 
 PE = {"patch_embeddings": True}
 
@@ -120,3 +121,22 @@ def test_upstream_matches_where_it_is_right(tmp_path: Path) -> None:
     assert up.module_classes == {"model.visual.patch_embed": "FusedQwen3VLVisionPatchEmbed"}
     assert up.max_abs_diff == pytest.approx(result.end_to_end.comparison.max_abs_diff, abs=1e-6)
     assert "matches ours" in up.summary
+
+
+def test_several_families_at_once(qwen2_vl_dir: Path) -> None:
+    """Qwen2-VL's legacy text keys (``model.layers.*``) map onto ``model.language_model.layers.*``."""
+    fusion = {name: True for name in ("patch_embeddings", "qkv", "gate_up")}
+    missing = [name for name in fusion if name not in REGISTRY]
+    if missing:
+        pytest.skip(f"families not registered: {missing}")
+    result = check(qwen2_vl_dir, fusion, repeats=1, upstream=False)
+    assert result.passed, result.to_dict()
+    assert {m.family for m in result.modules} == set(fusion)
+    assert "model.language_model.layers.0.self_attn" in [m.path for m in result.modules]
+
+
+def test_image_model_with_conv2d_patches() -> None:
+    if "patch_embeddings_2d" not in REGISTRY:
+        pytest.skip("no patch_embeddings_2d family")
+    result = check("demo:vit", {"patch_embeddings_2d": True}, repeats=1, upstream=False)
+    assert result.passed and result.end_to_end.input_kind == "image"
