@@ -103,6 +103,15 @@ def run_with_progress(gen: ProgressGenerator[T], desc: str = "", quiet: bool = F
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``fusion-core`` with ``argv`` and return the exit status.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        0 on success, 2 for a usage error, 1 for a model/file error (one line on stderr),
+        130 when interrupted.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -114,7 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         hf_logging.disable_progress_bar()
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:  # --help / --version printed; argparse errors raise UsageError
+            return int(e.code or 0)
         for path in args.family_file:
             from .families import load_family_file
 

@@ -88,6 +88,7 @@ def discover(
     fingerprint: str | None = None,
     model_name: str | None = None,
     named_modules: Sequence[tuple[str, nn.Module]] | None = None,
+    with_transforms: bool = True,
 ) -> Discovery:
     """Scan ``model`` (usually on the meta device) for modules ``spec`` can fuse.
 
@@ -106,6 +107,7 @@ def discover(
         model_name: for messages.
         named_modules: ``list(model.named_modules())`` when the caller already has it
             (scanning one model for several families).
+        with_transforms: build the key transforms (the coverage scan does not need them).
 
     Returns:
         The matches (in model order), the rejections with reasons (sorted by path), the
@@ -113,7 +115,7 @@ def discover(
         empty-result message.
     """
     name = model_name or type(model).__name__
-    key = (spec.name, type(spec), type(model), fingerprint) if fingerprint else None
+    key = (spec.name, type(spec), type(model), fingerprint) if fingerprint and with_transforms else None
     if key is not None:
         with _cache_lock:
             hit = _cache.get(key)
@@ -121,7 +123,7 @@ def discover(
                 _cache.move_to_end(key)
                 return hit
     named = list(model.named_modules()) if named_modules is None else named_modules
-    result = _scan(named, spec, config if config is not None else getattr(model, "config", None), name)
+    result = _scan(named, spec, config if config is not None else getattr(model, "config", None), name, with_transforms)
     if key is not None:
         with _cache_lock:
             _cache[key] = result
@@ -136,7 +138,9 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def _scan(named: Sequence[tuple[str, nn.Module]], spec: FusionSpec, config: Any, name: str) -> Discovery:
+def _scan(
+    named: Sequence[tuple[str, nn.Module]], spec: FusionSpec, config: Any, name: str, with_transforms: bool
+) -> Discovery:
     # 1. candidates by name, decided by the spec
     verdicts: dict[int, Any] = {}
     candidate_classes: list[type] = []
@@ -185,7 +189,7 @@ def _scan(named: Sequence[tuple[str, nn.Module]], spec: FusionSpec, config: Any,
                 )
     matches.sort(key=lambda m: order[m.path])
     rejected.sort(key=lambda r: r.path)
-    transforms = spec.make_transforms(config, modules) if modules else []
+    transforms = spec.make_transforms(config, modules) if modules and with_transforms else []
     return Discovery(
         family=spec.name,
         model_name=name,

@@ -31,10 +31,11 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("coverage", help="scan every architecture transformers knows for fusable modules")
-    p.add_argument("--family", action="append", default=[], metavar="NAME")
+    p.add_argument("--family", action="append", default=[], metavar="NAME", help="family to scan for (repeatable)")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count; 0: in this process)")
     p.add_argument("--only", action="append", default=[], metavar="MODEL_TYPE", help="scan only these types")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="limit per model type (default 30)")
     p.set_defaults(func=cmd_coverage)
 
 
@@ -45,6 +46,10 @@ def _open(args: argparse.Namespace):
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
+    from ..errors import UsageError
+
+    if args.depth is not None and args.depth < 0:
+        raise UsageError(f"tree: --depth must be 0 or more, got {args.depth}")
     insp = _open(args)
     root = insp.tree.root
     if args.json:
@@ -69,6 +74,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
                 "  " * level + node.name,
                 node.class_name + (f" (x{node.same_class_count})" if node.same_class_count > 1 else ""),
                 human_count(node.total_params),
+                node.kind,
                 "x".join(map(str, weight.shape)) if weight else "",
                 weight.dtype if weight else "",
             )
@@ -77,7 +83,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
         f"{insp.name}: {insp.source.model_class.__name__}, {len(insp.tree)} modules, "
         f"{human_count(root.total_params)} parameters"
     )
-    print(table(rows, ["module", "class", "params", "weight", "dtype"]))
+    print(table(rows, ["module", "class", "params", "kind", "weight", "dtype"]))
     return 0
 
 
@@ -164,9 +170,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from ..coverage import format_report, scan
+    from ..cli import run_with_progress
+    from ..coverage import DEFAULT_TIMEOUT, coverage_scan, format_report
 
-    report = scan(families=args.family or None, jobs=args.jobs, only=args.only or None)
+    gen = coverage_scan(
+        args.family or None,
+        args.jobs,
+        args.only or None,
+        timeout=DEFAULT_TIMEOUT if args.timeout is None else args.timeout,
+    )
+    report = run_with_progress(gen, "coverage")
     if args.json:
         print_json(report.to_dict())
     else:

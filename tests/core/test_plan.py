@@ -192,3 +192,15 @@ def test_conflicting_families_fail_fast_naming_both(qwen2_vl_dir, test_family):
         insp.plan({"patch_embeddings": True, test_family: True})
     assert "'patch_embeddings'" in str(err.value) and f"'{test_family}'" in str(err.value)
     assert "patch_embed" in str(err.value)
+
+
+def test_omni_model_nests_its_vision_tower_under_the_thinker():
+    # the transform's shapes come from the module, not from config.vision_config (absent here)
+    insp = inspect_model("arch:qwen2_5_omni")
+    plan = insp.plan({"patch_embeddings": True})
+    assert plan.model_class == "Qwen2_5OmniForConditionalGeneration"
+    assert plan.matched_paths == {"thinker.model.visual.patch_embed": "patch_embeddings"}
+    [row] = plan.rows()
+    conv = insp.tree.by_path["thinker.model.visual.patch_embed.proj"].params[0]
+    assert row["source_key"] == "thinker.model.visual.patch_embed.proj.weight"
+    assert row["source_shape"] == list(conv.shape) and row["target_shape"] == [conv.shape[0], 3 * 2 * 14 * 14]

@@ -1,0 +1,148 @@
+"""Coverage: which model types each family applies to, scanned in worker processes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import fusion_core.coverage as coverage
+import fusion_core.coverage_pool as coverage_pool
+from fusion_core import UnknownFamilyError, UsageError
+from fusion_core.coverage import CoverageReport, coverage_scan, format_report, scan
+from fusion_core.progress import CancelToken, drive
+
+CONV3D_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "videomae", "vivit"}
+
+
+REAL = ["qwen2_vl", "llama", "vit", "autoformer", "qwen2_vl_vision", "qwen2_5_omni"]
+
+
+@pytest.fixture(scope="module")
+def report() -> CoverageReport:
+    """One scan in a worker process: real types, plus types made to hang or kill their worker.
+
+    Real: a fusable VL model, a plain decoder, a ViT (Conv2d: rejected), a model whose default
+    config cannot be built, a sub-config without an Auto class, an omni model (vision tower
+    under the thinker). Faults (``_coverage_faults``): one hangs in Python, and the last one
+    kills its worker, so the test needs one pool only.
+    """
+    from _coverage_faults import CRASH, SLOW
+
+    gen = coverage_scan(["patch_embeddings"], 1, [*REAL, SLOW, CRASH], timeout=2.0, _hook="_coverage_faults:inject")
+    return drive(gen)
+
+
+def test_fusable_types_with_module_paths_and_classes(report):
+    assert report.families == ["patch_embeddings"]
+    assert [r.model_type for r in report.results] == sorted(r.model_type for r in report.results)
+    fusable = {r.model_type: r.matches("patch_embeddings") for r in report.fusable("patch_embeddings")}
+    assert set(fusable) == {"qwen2_vl", "qwen2_vl_vision", "qwen2_5_omni"}
+    assert fusable["qwen2_vl"] == [
+        {"class": "PatchEmbed", "fused_class": "FusedPatchEmbed", "modules": ["visual.patch_embed"]}
+    ]
+    assert fusable["qwen2_5_omni"][0]["modules"] == ["thinker.model.visual.patch_embed"]
+    by_type = {r.model_type: r for r in report.results}
+    assert by_type["qwen2_vl_vision"].class_source == "config_class"
+    assert by_type["qwen2_vl"].class_source == "auto"
+    assert by_type["llama"].ok and not by_type["llama"].matches("patch_embeddings")
+
+
+def test_rejected_candidates_with_reasons(report):
+    [vit] = report.rejected("patch_embeddings")
+    assert vit.model_type == "vit"
+    [entry] = vit.rejected("patch_embeddings")
+    assert entry["modules"] == ["embeddings.patch_embeddings"]
+    assert "no Conv3d child" in entry["reason"] and "Conv2d" in entry["reason"]
+
+
+def test_types_that_cannot_be_instantiated_say_why(report):
+    failed = {r.model_type: r for r in report.failed}
+    auto = failed["autoformer"]
+    assert (auto.stage, auto.error_type) == ("init", "ValueError")
+    assert "prediction_length" in auto.error and "\n" not in auto.error
+
+
+def test_hung_and_crashing_types_do_not_stop_the_scan(report):
+    from _coverage_faults import CRASH, SLOW
+
+    by_type = {r.model_type: r for r in report.results}
+    assert (by_type[SLOW].stage, by_type[SLOW].error_type) == ("timeout", "TimeoutError")
+    assert by_type[CRASH].stage == "crash" and "died" in by_type[CRASH].error
+    assert {r.model_type for r in report.failed} == {"autoformer", SLOW, CRASH}
+    assert all(by_type[t].ok for t in REAL if t != "autoformer")
+
+
+@pytest.mark.slow
+def test_a_worker_stuck_in_native_code_is_killed(monkeypatch):
+    from _coverage_faults import CRASH, STUCK
+
+    monkeypatch.setattr(coverage_pool, "_HARD_GRACE", 1.0)  # killed 1.5 x timeout + 1 s after it started
+    gen = coverage_scan(["patch_embeddings"], 2, [STUCK, CRASH, "llama"], timeout=1.0, _hook="_coverage_faults:inject")
+    by_type = {r.model_type: r for r in drive(gen).results}
+    assert by_type[STUCK].stage == "timeout" and "killed" in by_type[STUCK].error
+    assert by_type[CRASH].stage == "crash"
+    assert by_type["llama"].ok
+
+
+def test_json_is_stable_and_complete(report):
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["schema_version"] == 1
+    assert (data["model_types"], data["instantiated"], data["failed_count"]) == (8, 5, 3)
+    [fam] = data["families"]
+    assert fam["name"] == "patch_embeddings"
+    assert [f["model_type"] for f in fam["fusable"]] == ["qwen2_5_omni", "qwen2_vl", "qwen2_vl_vision"]
+    assert fam["fusable"][1]["classes"][0]["modules"] == ["visual.patch_embed"]
+    assert fam["rejected"][0]["rejected"][0]["reason"]
+    assert {f["model_type"]: f["stage"] for f in data["failed"]}["autoformer"] == "init"
+    assert {s["model_type"] for s in data["scanned"]} == {"qwen2_vl", "llama", "vit", "qwen2_vl_vision", "qwen2_5_omni"}
+    # the same report gives the same JSON
+    assert json.dumps(report.to_dict()) == json.dumps(report.to_dict())
+
+
+def test_text_report(report):
+    text = format_report(report)
+    assert "[patch_embeddings] fusable in 3 model type(s)" in text
+    assert "PatchEmbed (visual.patch_embed)" in text
+    assert "could not instantiate: 3 model type(s)" in text and "autoformer" in text
+
+
+def test_bad_arguments():
+    with pytest.raises(UnknownFamilyError):
+        scan(families=["nope"], jobs=0, only=["llama"])
+    with pytest.raises(UsageError, match="no_such_type"):
+        scan(jobs=0, only=["no_such_type"])
+    with pytest.raises(UsageError, match="--jobs"):
+        scan(jobs=-1, only=["llama"])
+
+
+def test_cancel_stops_the_workers():
+    token = CancelToken()
+    steps = []
+
+    def on_progress(p):
+        steps.append(p)
+        token.cancel()
+
+    from fusion_core import Cancelled
+
+    with pytest.raises(Cancelled):
+        drive(coverage_scan(["patch_embeddings"], 2, ["llama", "bert"]), on_progress, token)
+    assert steps
+
+
+@pytest.mark.slow
+def test_full_scan_lists_the_conv3d_architectures():
+    report = scan(families=["patch_embeddings"])
+    fusable = {r.model_type for r in report.fusable("patch_embeddings")}
+    assert fusable >= CONV3D_TYPES
+    assert len(report.results) == len(coverage._model_types(None))
+    assert len(report.instantiated) > 0.8 * len(report.results)
+
+
+@pytest.mark.slow
+def test_workers_that_cannot_start_end_the_scan_with_a_message():
+    from fusion_core import FusionError
+
+    with pytest.raises(FusionError, match="could not start"):
+        drive(coverage_scan(["patch_embeddings"], 1, ["llama"], _hook="no_such_module_here:inject"))
