@@ -112,11 +112,19 @@ DEFAULT_DEMO = "qwen2-vl"
 
 
 def register_demo(demo: Demo) -> None:
-    """Add a demo (used by families that bring their own example model)."""
+    """Add a demo (used by families that bring their own example model).
+
+    Raises:
+        ValueError: another demo already has that name.
+    """
+    old = DEMOS.get(demo.name)
+    if old is not None and old is not demo:
+        raise ValueError(f"a demo named {demo.name!r} is already registered")
     DEMOS[demo.name] = demo
 
 
 def cache_root() -> Path:
+    """The user cache folder (``FUSION_INSPECTOR_CACHE`` overrides the platform default)."""
     env = os.environ.get("FUSION_INSPECTOR_CACHE")
     if env:
         return Path(env).expanduser()
@@ -128,8 +136,15 @@ def cache_root() -> Path:
 def demo_path(name: str) -> Path:
     """The folder of demo ``name``, generated on first use.
 
+    Args:
+        name: a key of :data:`DEMOS` (empty: the default demo).
+
+    Returns:
+        The checkpoint folder (``config.json`` and ``model.safetensors``).
+
     Raises:
-        ModelSourceError: unknown demo name (the message lists the demos).
+        ModelSourceError: unknown demo name (the message lists the demos), or the cache
+            folder cannot be written.
     """
     name = name or DEFAULT_DEMO
     demo = DEMOS.get(name)
@@ -142,23 +157,33 @@ def demo_path(name: str) -> Path:
         return folder
     with _lock:
         if not (folder / "config.json").is_file():
-            _generate(demo, folder)
+            try:
+                _generate(demo, folder)
+            except OSError as e:
+                raise ModelSourceError(
+                    f"demo {name!r}: cannot write {folder.parent} ({e.strerror or e}); "
+                    "set FUSION_INSPECTOR_CACHE to a writable folder"
+                ) from e
     return folder
 
 
 def _generate(demo: Demo, folder: Path) -> None:
     import torch
 
+    from .patching import patch_lock
+
     folder.parent.mkdir(parents=True, exist_ok=True)
     config, cls = demo.build()
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
-        state = torch.random.get_rng_state()
-        torch.manual_seed(SEED)
-        try:
-            model = cls(config)
-        finally:
-            torch.random.set_rng_state(state)
+        # under the patching lock: a fused load in another thread must not leak into the demo
+        with patch_lock():
+            state = torch.random.get_rng_state()
+            torch.manual_seed(SEED)
+            try:
+                model = cls(config)
+            finally:
+                torch.random.set_rng_state(state)
         model.save_pretrained(tmp)
         try:
             os.replace(tmp, folder)
