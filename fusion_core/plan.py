@@ -182,6 +182,7 @@ class FusionPlan:
         mapping = self.patch_mapping
         names = _class_names(mapping)
         return {
+            "schema_version": 1,
             "model": self.model,
             "model_class": self.model_class,
             "fusion_config": self.fusion_config,

@@ -55,6 +55,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
     if args.json:
         print_json(
             {
+                "schema_version": 1,
                 "model": insp.name,
                 "model_class": insp.source.model_class.__name__,
                 "modules": len(insp.tree),
