@@ -10,7 +10,9 @@ tensor plus a small constant, whatever the checkpoint size.
 The output follows transformers' ``save_pretrained`` exactly: the same greedy split and
 shard names (``model-00001-of-00002.safetensors``; ``model.safetensors`` for one shard),
 the same index json, and inside each file the same tensor order and header bytes as
-safetensors' own writer, metadata ``{"format": "pt"}``.
+safetensors' own writer, metadata ``{"format": "pt"}`` -- except that a header whose size
+changed (renamed keys) is padded with spaces so that copied bytes keep their offset within
+a page, which makes the kernel's copy markedly faster (see :func:`_alignment_padding`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ METADATA = {"format": "pt"}
 # Bytes moved per step: big enough to be fast, small enough for a prompt cancel.
 CHUNK_BYTES = 64 * 1024 * 1024
 _FALLBACK_BUFFER = 8 * 1024 * 1024
+_PAGE = 4096
 
 # safetensors writes tensors sorted by dtype (this order, descending alignment) then name.
 _DTYPE_ORDER = [
@@ -238,7 +241,28 @@ def layout_shard(name: str, tensors: Sequence[OutTensor], metadata: dict[str, st
         pos = end
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     text += b" " * (-len(text) % 8)  # safetensors pads the header to 8 bytes with spaces
+    text += b" " * _alignment_padding(8 + len(text), ordered, offsets)
     return ShardLayout(name, ordered, struct.pack("<Q", len(text)) + text, offsets)
+
+
+def _alignment_padding(data_start: int, tensors: Sequence[OutTensor], offsets: dict[str, tuple[int, int]]) -> int:
+    """Spaces to add to the header so that copied bytes keep their offset within a page.
+
+    The kernel copies a byte range several times faster when source and destination sit
+    at the same offset within a page; a header that grew or shrank (renamed keys) shifts
+    every byte after it. Padding with spaces is valid safetensors (the header is JSON);
+    it is never needed when the header kept its size, so a round trip reproduces the
+    source byte for byte, and a shard made only of produced tensors is never padded.
+    """
+    weight: dict[int, int] = {}
+    for t in tensors:
+        if t.raw is not None and t.nbytes:
+            shift = (t.raw.start - data_start - offsets[t.key][0]) % _PAGE
+            weight[shift] = weight.get(shift, 0) + t.nbytes
+    if not weight:
+        return 0
+    shift = max(weight, key=lambda k: (weight[k], -k))
+    return shift if shift % 8 == 0 else 0  # keep the data 8-byte aligned, as safetensors does
 
 
 class ShardSink:
@@ -362,30 +386,29 @@ def iter_write(
             written.append(path)
             try:
                 sink.write(shard.header)
-                for t in shard.tensors:
-                    if t.raw is not None:
-                        src_fd = sources.get(t.raw.file)
-                        if src_fd is None:
-                            src_path = safe_member(source_folder, t.raw.file, str(source_folder))
-                            src_fd = sources[t.raw.file] = os.open(src_path, _READ_FLAGS)
-                        pos, end = t.raw.start, t.raw.end
-                        while pos < end:
-                            n = sink.copy_range(src_fd, pos, min(CHUNK_BYTES, end - pos), buffer)
-                            if n == 0:
-                                raise CheckpointError(
-                                    f"{source_folder / t.raw.file}: ends before the data of {t.raw.key!r} "
-                                    f"(byte {pos} of {end}); the file is truncated"
-                                )
-                            pos += n
-                            done += n
-                            if end - pos > 0:
-                                yield Progress(done, total, f"{shard.name}: {t.key}")
-                    else:
-                        data = _produced_bytes(t, produce(t))
+                for run in _runs(shard.tensors):
+                    if isinstance(run, OutTensor):
+                        data = _produced_bytes(run, produce(run))
                         sink.write(data)
                         done += len(data)
                         del data
-                    yield Progress(done, total, f"{shard.name}: {t.key}")
+                        yield Progress(done, total, f"{shard.name}: {run.key}")
+                        continue
+                    file, pos, end, last = run
+                    src_fd = sources.get(file)
+                    if src_fd is None:
+                        src_path = safe_member(source_folder, file, str(source_folder))
+                        src_fd = sources[file] = os.open(src_path, _READ_FLAGS)
+                    while pos < end:
+                        n = sink.copy_range(src_fd, pos, min(CHUNK_BYTES, end - pos), buffer)
+                        if n == 0:
+                            raise CheckpointError(
+                                f"{source_folder / file}: ends at byte {pos}, before the data of {last!r} "
+                                f"(up to byte {end}); the file is truncated"
+                            )
+                        pos += n
+                        done += n
+                        yield Progress(done, total, f"{shard.name}: {last}")
                 if sink.written != shard.size:
                     raise ExportError(f"{path}: wrote {sink.written} bytes, expected {shard.size}")
             except BaseException:
@@ -401,6 +424,28 @@ def iter_write(
         for fd in sources.values():
             os.close(fd)
     return written
+
+
+def _runs(tensors: Sequence[OutTensor]) -> Generator[OutTensor | tuple[str, int, int, str], None, None]:
+    """Tensors to produce, and raw copies merged into runs (file, start, end, last key).
+
+    Neighbours in the output that are neighbours in the same source file are copied in one
+    go: a copy per tensor, at unaligned offsets, is markedly slower than one per run.
+    """
+    run: list[Any] | None = None
+    for t in tensors:
+        if t.raw is not None and run is not None and run[0] == t.raw.file and run[2] == t.raw.start:
+            run[2], run[3] = t.raw.end, t.key
+            continue
+        if run is not None:
+            yield (run[0], run[1], run[2], run[3])
+            run = None
+        if t.raw is None:
+            yield t
+        else:
+            run = [t.raw.file, t.raw.start, t.raw.end, t.key]
+    if run is not None:
+        yield (run[0], run[1], run[2], run[3])
 
 
 def _produced_bytes(t: OutTensor, tensor: torch.Tensor) -> memoryview:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 import textwrap
@@ -50,6 +51,9 @@ def test_round_trip_single_file_is_bitwise(qwen2_vl_dir: Path, tmp_path: Path) -
     assert PATCH_KEY not in fused_tensors
     assert fused_tensors[FUSED_KEY].shape == (32, 3 * 2 * 14 * 14)
     assert fused.verification.transforms_inverted == 1
+    # the renamed key grew the header: it is padded so that copied bytes keep their page offset
+    starts = [8 + struct.unpack("<Q", (f / "model.safetensors").read_bytes()[:8])[0] for f in (src, tmp_path / "fused")]
+    assert starts[0] != starts[1] and starts[0] % 4096 == starts[1] % 4096
 
     back = export(tmp_path / "fused", tmp_path / "back", FUSION, layout="original", verify_outputs=False)
     assert back.source_layout == "fused" and back.transformed == [PATCH_KEY]
