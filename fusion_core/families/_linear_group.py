@@ -13,6 +13,11 @@ same grad and autocast mode). When the callers do not share one input (cross att
 ``q_proj(decoder)``, ``k_proj(encoder)``), the module switches to per-member products on
 row slices of the fused weight: exactly the original cost, never a wrong result. The
 cache lives only for one ``forward`` of the owner and is dropped when it returns.
+
+One case the cache cannot see: tensors created under ``torch.inference_mode`` have no
+version counter, so an owner whose own ``forward`` modified its input *in place* between
+two member calls would get a stale chunk there. No transformers model does that (they
+project one input three times in a row); the inference checks would show it.
 """
 
 from __future__ import annotations
