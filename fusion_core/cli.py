@@ -29,6 +29,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, with the subcommands of every module in ``COMMAND_MODULES``."""
     parser = _Parser(
         prog="fusion-core", description="Inspect, check and export fusion mappings of transformers models."
     )
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def print_json(data: Any) -> None:
+    """Write ``data`` as indented JSON on stdout (the ``--json`` output)."""
     json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")
 
@@ -73,6 +75,7 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
 
 
 def human_count(n: int) -> str:
+    """``1234567`` -> ``"1.23M"`` (parameter counts in tables)."""
     for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= size:
             return f"{n / size:.2f}{unit}"

@@ -26,6 +26,8 @@ _lock = threading.Lock()
 
 @dataclass(frozen=True)
 class Demo:
+    """A built-in checkpoint: ``build()`` returns (config, model class); weights are seeded."""
+
     name: str
     description: str
     build: Callable[[], Any]  # -> (config, model class)

@@ -114,6 +114,8 @@ class CheckpointTransform:
 
 @dataclass
 class FamilyPlan:
+    """One enabled family of a plan: its options and its discovery on the model."""
+
     name: str
     options: dict[str, Any]
     discovery: Discovery
@@ -161,6 +163,11 @@ class FusionPlan:
         return not self.transforms and not self.patch_mapping
 
     def rows(self, direction: str = "load") -> list[dict[str, Any]]:
+        """Preview rows for every transformed checkpoint key (see :meth:`CheckpointTransform.rows`).
+
+        Args:
+            direction: ``"load"`` (original -> fused) or ``"save"`` (fused -> original).
+        """
         return [row for ct in self.checkpoint_transforms for row in ct.rows(direction)]
 
     def key_map(self, direction: str = "load") -> dict[str, tuple[str, ...]]:
@@ -223,6 +230,11 @@ class Inspection:
         return self.source.name
 
     def discovery(self, family: str) -> Discovery:
+        """What ``family`` would replace in this model (computed once, cached per config).
+
+        Raises:
+            UnknownFamilyError: ``family`` is not registered.
+        """
         found = self._discoveries.get(family)
         if found is None:
             found = discover(
@@ -236,6 +248,7 @@ class Inspection:
         return found
 
     def discover_all(self) -> dict[str, Discovery]:
+        """The discovery of every registered family, in registry order."""
         return {name: self.discovery(name) for name in REGISTRY}
 
     def plan(self, fusion_config: FusionConfig | None) -> FusionPlan:

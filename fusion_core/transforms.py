@@ -32,18 +32,41 @@ class KeyTransform:
     inverse_op = "identity"
 
     def forward_shapes(self, shapes: Sequence[Shape]) -> list[Shape]:
+        """Target shapes for source ``shapes`` (no tensor data needed).
+
+        Args:
+            shapes: one shape per source key, in order.
+
+        Returns:
+            One shape per target key.
+
+        Raises:
+            ValueError: the shapes do not match the model's (the message names the key).
+        """
         raise NotImplementedError
 
     def inverse_shapes(self, shapes: Sequence[Shape]) -> list[Shape]:
+        """Source shapes for target ``shapes``: :meth:`forward_shapes` the other way."""
         raise NotImplementedError
 
     def forward(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Original layout -> fused layout (one tensor per target key).
+
+        Raises:
+            ValueError: wrong number of tensors, or shapes that do not match.
+        """
         raise NotImplementedError
 
     def inverse(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Fused layout -> original layout; ``inverse(forward(x))`` is bitwise ``x``.
+
+        Raises:
+            ValueError: wrong number of tensors, or shapes that do not match.
+        """
         raise NotImplementedError
 
     def describe(self) -> str:
+        """One line for logs: ``op: sources -> targets``."""
         return f"{self.op}: {', '.join(self.sources)} -> {', '.join(self.targets)}"
 
     def to_dict(self) -> dict[str, Any]:

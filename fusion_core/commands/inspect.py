@@ -9,6 +9,7 @@ from ..cli import human_count, print_json, table
 
 
 def register(sub: Any) -> None:
+    """Add the inspection subcommands to ``sub`` (argparse subparsers)."""
     p = sub.add_parser("tree", help="show the meta-initialized module tree")
     p.add_argument("model", help="folder, config.json, arch:<type>, demo:<name> or org/name")
     p.add_argument("--depth", type=int, default=None, help="levels below the root to show")
@@ -46,6 +47,7 @@ def _open(args: argparse.Namespace):
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
+    """``tree MODEL [--depth N] [--json]``: the meta-initialized module tree."""
     from ..errors import UsageError
 
     if args.depth is not None and args.depth < 0:
@@ -89,6 +91,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    """``plan MODEL --fusion NAME ... [--json]``: matches, patch mapping, key transforms."""
     from ..errors import UsageError
 
     if not args.fusion:
@@ -140,6 +143,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_families(args: argparse.Namespace) -> int:
+    """``families [--json]``: the registered fusion families."""
     from ..families import families
 
     specs = families()
@@ -161,6 +165,7 @@ def cmd_families(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``demo [NAME] [--list]``: the folder of a demo checkpoint (generated on first use)."""
     from ..demo import DEFAULT_DEMO, DEMOS, demo_path
 
     if args.list:
@@ -171,6 +176,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
+    """``coverage [--family NAME] [--only TYPE] [--jobs N] [--json]``: which types each family fits."""
     from ..cli import run_with_progress
     from ..coverage import DEFAULT_TIMEOUT, coverage_scan, format_report
 
