@@ -11,7 +11,8 @@ original first (max abs difference shown), so a fast wrong module cannot win.
 
     .venv/bin/python benchmarks/bench_families.py [--quick] [--family NAME] [--threads N] [--json]
 
-A speedup below 0.95 is marked "does not pay", 0.95-1.05 "neutral".
+A speedup below 0.95 is marked "does not pay", 0.95-1.05 "neutral". On a busy machine
+``--threads 1`` gives much steadier ratios (one preempted thread stalls a 2-thread GEMM).
 """
 
 from __future__ import annotations
