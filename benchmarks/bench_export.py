@@ -7,10 +7,13 @@ process, interleaved, medians over ``--runs``:
 * bare import: ``torch``, ``transformers``, ``fusion_core`` and the model's modeling module;
 * export: ``fusion_core.export(..., verify_outputs=False)`` (headers re-checked, transforms
   inverted bitwise, files fsynced; the output check would load the model, so it is off);
-* copy: ``cp --reflink=never`` of every file of the source folder.
+* copy: ``cp --reflink=never`` of every file of the source folder (and the same followed
+  by ``sync`` of the copies: the export fsyncs its files before the final rename).
 
-Prints export time beyond the bare import vs the copy (target <= 1.5x) and the export's
-peak RSS above the bare-import process vs 2x the largest tensor + 100 MiB.
+Every measurement starts after a ``sync``. Prints the export's time beyond the bare import
+(whole process minus the bare-import process of the same round, median; and the export's
+own in-process time, which is free of the import's noise) vs the copy (target <= 1.5x),
+and the export's peak RSS above the bare-import process vs 2x the largest tensor + 100 MiB.
 
     .venv/bin/python benchmarks/bench_export.py [--quick] [--runs N] [--json]
 """
@@ -134,14 +137,14 @@ def _median(values: list[float | None]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a ~0.5 GB checkpoint and 3 runs")
-    parser.add_argument("--runs", type=int, default=None, help="measured runs (default 5, quick 3)")
+    parser.add_argument("--runs", type=int, default=None, help="measured runs (default 7, quick 3)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--_generate", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._generate:
         generate(Path(args._generate[0]), int(args._generate[1]))
         return
-    runs = args.runs or (3 if args.quick else 5)
+    runs = args.runs or (3 if args.quick else 7)
     src = ensure_checkpoint(args.quick)
     size = sum(p.stat().st_size for p in src.iterdir())
     largest = largest_tensor(src)
@@ -174,7 +177,11 @@ def main() -> None:
     wall = {name: _median([s for s, _, _ in v]) for name, v in samples.items()}
     rss = {name: _median([r for _, r, _ in v]) for name, v in samples.items()}
     inner = {name: _median([x for _, _, x in v]) for name in ("export", "export_nosync") for v in [samples[name]]}
-    net = {name: wall[name] - wall["bare"] for name in ("export", "export_nosync")}
+    # the import time varies from process to process: subtract it round by round (paired)
+    net = {
+        name: _median([e - b for (e, _, _), (b, _, _) in zip(samples[name], samples["bare"])])
+        for name in ("export", "export_nosync")
+    }
     rss_above = rss["export"] - rss["bare"]
     rss_target = (2 * largest + 100 * MIB) / MIB
     report = {
