@@ -108,7 +108,9 @@ def test_entry_point_family_loads_fuses_and_conflicts(registry, tmp_path, monkey
     plan = insp.plan({"kv_proj": True})
     assert [m.path for m in plan.families[0].discovery.matches] == ATTENTION
     assert {r["target_key"].rsplit(".", 2)[-2] for r in plan.rows("load")} == {"kv_proj"}
-    with pytest.raises(FamilyConflictError, match=r"'qkv' and 'kv_proj' both replace module model\.layers\.0\.self_attn"):
+    with pytest.raises(
+        FamilyConflictError, match=r"'qkv' and 'kv_proj' both replace module model\.layers\.0\.self_attn"
+    ):
         insp.plan({"qkv": True, "kv_proj": True})
 
     fused = load(str(llama_dir), {"kv_proj": True}).model
