@@ -51,7 +51,7 @@ class LoadResult:
     fused_modules: list[str]
     dtype: str
     seconds: float
-    peak_rss_mb: float | None
+    peak_rss_mb: float | None  # this process's peak resident memory so far (None: unknown here)
     device: str = "cpu"
     messages: list[str] = field(default_factory=list)
 
@@ -165,7 +165,7 @@ def check_layout(plan: FusionPlan, source: ModelSource) -> None:
     """
     where = str(source.folder)
     if plan.layout == "missing":
-        ct = plan.checkpoint_transforms[0]
+        ct = next(c for c in plan.checkpoint_transforms if c.present == "missing")
         raise LoadError(
             f"{where}: the checkpoint is in neither the original nor the fused layout for "
             f"{ct.family!r}: expected {', '.join(ct.source_keys)} (original) or {', '.join(ct.target_keys)} (fused); "
@@ -412,7 +412,8 @@ def load_plain(
 
     Never triggers transformers' own fusion. A checkpoint exported in fused layout (its
     config carries ``fusion_config``) is converted back to the original layout on the way
-    in (exact: the inverse transforms are reshapes and renames).
+    in (exact: the inverse transforms are reshapes and renames); that path reads every
+    tensor into memory instead of mapping the files lazily.
 
     Raises:
         LoadError, CheckpointError, ModelSourceError, UsageError: see :func:`iter_load`.
