@@ -263,8 +263,8 @@ def from_pretrained(
     cls = source.model_class
     where = str(source.folder)
     kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "output_loading_info": True}
-    if source.trust_remote_code:
-        kwargs["trust_remote_code"] = True
+    # Never forwarded: transformers would import Python files from the folder (custom_generate/...).
+    # Our opt-in only means "build the class transformers ships for this model_type" (docs/security.md).
     loader, note = weights_loader(cls)
     if note and notes is not None:
         notes.append(note)

@@ -104,11 +104,6 @@ def test_loading_without_the_opt_in_is_refused(remote, marker):
     assert not marker.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fusion_core/loading.py forwards trust_remote_code=True to from_pretrained, which imports the "
-    "folder's custom_generate/generate.py; the opt-in must never run the folder's code",
-)
 def test_loading_with_the_opt_in_runs_no_code_from_the_folder(remote, marker):
     from fusion_core.loading import load
 
