@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .checkpoint import CheckpointIndex, TensorInfo, read_header, read_index
 from .checks import CheckResult, check, iter_check
+from .coverage import CoverageReport, coverage_scan, format_report, scan
 from .discovery import Discovery, Match, Rejection, discover
 from .errors import (
     Cancelled,
@@ -19,12 +20,14 @@ from .errors import (
     InvalidFusionConfigError,
     LoadError,
     ModelSourceError,
+    RemoteCodeError,
     UnknownFamilyError,
     UnsafeModelError,
     UsageError,
 )
 from .export import ExportResult, ExportVerification, export, iter_export
 from .families import REGISTRY, FusionSpec, Verdict, families, get_family
+from .families.plugins import plugin_errors
 from .loading import LoadResult, iter_load, load, load_plain
 from .patching import scoped_patch
 from .plan import FusionPlan, Inspection, inspect_model, validate_fusion_config
@@ -42,6 +45,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointIndex",
     "ConfigError",
+    "CoverageReport",
     "Discovery",
     "ExportError",
     "ExportResult",
@@ -61,6 +65,7 @@ __all__ = [
     "ModuleTree",
     "Progress",
     "Rejection",
+    "RemoteCodeError",
     "TensorInfo",
     "UnknownFamilyError",
     "UnsafeModelError",
@@ -69,10 +74,12 @@ __all__ = [
     "build_meta_model",
     "cached_hub_models",
     "check",
+    "coverage_scan",
     "discover",
     "drive",
     "export",
     "families",
+    "format_report",
     "get_family",
     "inspect_model",
     "iter_check",
@@ -82,9 +89,11 @@ __all__ = [
     "load",
     "load_plain",
     "module_tree",
+    "plugin_errors",
     "read_header",
     "read_index",
     "resolve",
+    "scan",
     "scoped_patch",
     "validate_fusion_config",
 ]

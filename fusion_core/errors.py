@@ -27,8 +27,8 @@ class InvalidFusionConfigError(UsageError):
     """A ``fusion_config`` value that is neither a bool nor a mapping."""
 
 
-class FamilyConflictError(FusionError):
-    """Two enabled families transform the same checkpoint keys."""
+class FamilyConflictError(UsageError):
+    """Two enabled families transform the same checkpoint keys (a usage error: exit code 2)."""
 
 
 class ModelSourceError(FusionError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..cli import human_count, print_json, table
@@ -43,7 +44,10 @@ def register(sub: Any) -> None:
 def _open(args: argparse.Namespace):
     from ..plan import inspect_model
 
-    return inspect_model(args.model, trust_remote_code=args.trust_remote_code)
+    insp = inspect_model(args.model, trust_remote_code=args.trust_remote_code)
+    for note in insp.source.notes:  # e.g. what --trust-remote-code did and did not do
+        print(f"fusion-core: note: {note}", file=sys.stderr)
+    return insp
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
@@ -145,8 +149,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_families(args: argparse.Namespace) -> int:
     """``families [--json]``: the registered fusion families."""
     from ..families import families
+    from ..families.plugins import plugin_errors
 
     specs = families()
+    for err in plugin_errors():  # broken plugins are skipped, never fatal: say which and why
+        print(f"fusion-core: plugin {err.name} ({err.origin}) skipped: {err.error}", file=sys.stderr)
     if args.json:
         print_json(
             [

@@ -161,9 +161,19 @@ def test_broken_family_file_is_reported_not_fatal(registry, tmp_path, capsys, te
     if text is not None:
         path.write_text(text)
     assert main(["--family-file", str(path), "families", "--json"]) == 0
-    assert [f["name"] for f in json.loads(capsys.readouterr().out)] == BUILTIN
+    out = capsys.readouterr()
+    assert [f["name"] for f in json.loads(out.out)] == BUILTIN
     (error,) = plugin_errors()
     assert error.name == str(path) and error.origin == f"file {path}" and expected in error.error
+    # the user sees which plugin was skipped and why, on stderr (the JSON stays clean)
+    assert f"plugin {path} (file {path}) skipped: " in out.err and expected in out.err
+
+
+def test_conflicting_families_are_a_usage_error_in_the_cli(registry, capsys, llama_dir):
+    code = main(["--family-file", str(KV_FILE), "plan", str(llama_dir), "--fusion", "qkv", "--fusion", "kv_proj"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "'qkv' and 'kv_proj' both replace module model.layers.0.self_attn" in err[0]
 
 
 def test_plugins_load_at_import_in_a_fresh_process(tmp_path):
