@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtWidgets import QApplication
 
-from . import style
+from . import _pyside_fix, style
 from .settings import APPLICATION, ORGANIZATION
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def create_app(argv: Sequence[str] | None = None) -> QApplication:
     """The QApplication (or the existing one), named and styled."""
+    _pyside_fix.apply()
     app = QApplication.instance()
     if app is None:
         app = QApplication(["fusion-inspector", *(argv or [])])

@@ -8,8 +8,6 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt
 
-from ._pyside_fix import no_data
-
 Index = QModelIndex | QPersistentModelIndex
 RowRole = Qt.ItemDataRole.UserRole + 1  # the whole row dict
 SortRole = Qt.ItemDataRole.UserRole + 2  # raw value for sorting
@@ -54,17 +52,17 @@ class RowsTableModel(QAbstractTableModel):
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(self.columns):
-            return no_data()
+            return None
         col = self.columns[section]
         if role == Qt.ItemDataRole.DisplayRole:
             return col.title
         if role == Qt.ItemDataRole.ToolTipRole and col.tooltip:
             return col.tooltip
-        return no_data()
+        return None
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         value = self._data(index, role)
-        return no_data() if value is None else value
+        return value
 
     def _data(self, index: Index, role: int) -> Any:
         if not index.isValid() or index.row() >= len(self.rows):

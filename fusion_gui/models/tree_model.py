@@ -22,7 +22,6 @@ from PySide6.QtGui import QColor, QFont
 
 from .. import style
 from ..format import human_count, shape_text
-from ._pyside_fix import no_data
 
 if TYPE_CHECKING:
     from fusion_core import ModuleNode, ModuleTree
@@ -203,7 +202,7 @@ class ModuleTreeModel(QAbstractItemModel):
                 return COLUMNS[section]
             if role == Qt.ItemDataRole.ToolTipRole:
                 return _HEADER_TIPS[section]
-        return no_data()
+        return None
 
     def flags(self, index: Index) -> Qt.ItemFlag:
         if not index.isValid():
@@ -212,7 +211,7 @@ class ModuleTreeModel(QAbstractItemModel):
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         value = self._data(index, role) if index.isValid() else None
-        return no_data() if value is None else value
+        return value
 
     def _data(self, index: Index, role: int) -> Any:
         node: ModuleNode = index.internalPointer()
