@@ -4,6 +4,7 @@
 :meth:`Inspection.plan` then builds a :class:`FusionPlan` for any ``fusion_config`` in
 milliseconds. A plan is data, validated before any I/O: the class-level patch mapping,
 the key transforms (model keys), the same transforms on the checkpoint's own key names
+(found the way transformers loads them, its renamings included: :mod:`fusion_core.key_names`)
 with shapes and dtypes from the safetensors headers, and the reverse direction (fused
 layout -> original) used by export.
 """
@@ -16,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .discovery import Discovery, discover
-from .errors import FamilyConflictError, InvalidFusionConfigError
+from .errors import FamilyConflictError, InvalidFusionConfigError, ModelSourceError
 from .families import REGISTRY, get_family
+from .key_names import Converted, Found, KeyMatcher
 
 if TYPE_CHECKING:
     from torch import nn
@@ -69,6 +71,7 @@ class CheckpointTransform:
     target_shapes: tuple[tuple[int, ...], ...]
     dtype: str  # safetensors code ("F32") or torch name when no checkpoint
     present: str  # "original" | "fused" | "missing": which side the checkpoint holds
+    note: str = ""  # why a transform is refused ("missing") although keys were found
 
     @property
     def family(self) -> str:
@@ -224,6 +227,7 @@ class Inspection:
         self.tree = tree
         self.seconds = seconds
         self._discoveries: dict[str, Discovery] = {}
+        self._matcher: KeyMatcher | None = None
 
     @property
     def name(self) -> str:
@@ -246,6 +250,19 @@ class Inspection:
             )
             self._discoveries[family] = found
         return found
+
+    def key_matcher(self) -> KeyMatcher:
+        """The checkpoint's keys matched to the model's, transformers' renamings followed (cached).
+
+        Raises:
+            ModelSourceError: the source has no checkpoint.
+        """
+        if self._matcher is None:
+            ckpt = self.source.checkpoint
+            if ckpt is None:
+                raise ModelSourceError(f"{self.source.name}: no checkpoint to match keys against")
+            self._matcher = KeyMatcher(ckpt.tensors, self.model)
+        return self._matcher
 
     def discover_all(self) -> dict[str, Discovery]:
         """The discovery of every registered family, in registry order."""
@@ -287,6 +304,9 @@ class Inspection:
                 transforms.append(t)
         cts, layout = _checkpoint_transforms(self, transforms)
         messages = [f.discovery.empty_message for f in fams if f.discovery.empty_message]
+        messages += _notes(cts)
+        if cts and self._matcher is not None and self._matcher.note:
+            messages.append(self._matcher.note)
         return FusionPlan(
             model=self.source.name,
             model_class=self.source.model_class.__name__,
@@ -318,65 +338,14 @@ def inspect_model(source: ModelSource | str, *, trust_remote_code: bool = False)
     return Inspection(source, model, tree, time.perf_counter() - t0)
 
 
-class KeyMatcher:
-    """Maps model state-dict keys onto a checkpoint's key names.
-
-    Checkpoints name keys with or without the task model's prefix (``model.``) and with
-    legacy prefixes (Qwen2-VL's ``visual.``); the model key and its checkpoint key share
-    a dotted suffix, and one is the other with a prefix added.
-    """
-
-    def __init__(self, checkpoint_keys: list[str]) -> None:
-        self.keys = set(checkpoint_keys)
-        self._by_tail: dict[str, list[str]] = {}
-        for k in checkpoint_keys:
-            self._by_tail.setdefault(_tail(k), []).append(k)
-
-    def find(self, model_key: str) -> tuple[str, str, str] | None:
-        """Return (checkpoint key, prefix to strip, prefix to add) for ``model_key``."""
-        if model_key in self.keys:
-            return model_key, "", ""
-        found = []
-        candidates = self._by_tail.get(_tail(model_key), [])
-        for k in candidates:
-            if model_key.endswith("." + k):
-                found.append((k, model_key[: len(model_key) - len(k)], ""))
-            elif k.endswith("." + model_key):
-                found.append((k, "", k[: len(k) - len(model_key)]))
-        if not found and candidates:
-            # a prefix renamed in the middle (omni models save ``thinker.visual.`` for the
-            # model's ``thinker.model.visual.``, Qwen2-VL ``model.layers.`` for
-            # ``model.language_model.layers.``): the checkpoint key sharing the longest
-            # dotted suffix, when exactly one does; the differing prefixes swap
-            m_parts = model_key.split(".")
-            scored = []
-            for k in candidates:
-                k_parts = k.split(".")
-                n = 0
-                while n < min(len(m_parts), len(k_parts)) and m_parts[-1 - n] == k_parts[-1 - n]:
-                    n += 1
-                scored.append((n, k, k_parts))
-            best = max(n for n, _, _ in scored)
-            top = [(n, k, parts) for n, k, parts in scored if n == best]
-            if len(top) == 1:
-                _, k, k_parts = top[0]
-                strip = ".".join(m_parts[: len(m_parts) - best])
-                add = ".".join(k_parts[: len(k_parts) - best])
-                found.append((k, strip + "." if strip else "", add + "." if add else ""))
-        return found[0] if len(found) == 1 else None
-
-    @staticmethod
-    def translate(model_key: str, strip: str, add: str) -> str:
-        if strip and model_key.startswith(strip):
-            model_key = model_key[len(strip) :]
-        return add + model_key
-
-
-def _tail(key: str) -> str:
-    return ".".join(key.rsplit(".", 3)[-3:])
-
-
 def _checkpoint_transforms(insp: Inspection, transforms: list[KeyTransform]) -> tuple[list[CheckpointTransform], str]:
+    """Each transform on the checkpoint's own key names, with shapes from its headers.
+
+    The side the checkpoint holds is found with :class:`KeyMatcher` (transformers' own
+    renamings, then a suffix match); the other side is named by the rule in
+    :mod:`fusion_core.key_names`. A transform whose source keys transformers computes with
+    a conversion, or whose names would not load back, is "missing" with a note.
+    """
     ckpt = insp.source.checkpoint
     if ckpt is None:
         params = dict(insp.model.named_parameters())
@@ -397,22 +366,28 @@ def _checkpoint_transforms(insp: Inspection, transforms: list[KeyTransform]) -> 
                 )
             )
         return out, "none"
-    matcher = KeyMatcher(list(ckpt.tensors))
+    matcher = insp.key_matcher()
     out = []
     sides = set()
     for t in transforms:
-        src = [matcher.find(k) for k in t.sources]
-        dst = [matcher.find(k) for k in t.targets]
-        if all(src):
-            strip, add = src[0][1], src[0][2]  # type: ignore[index]
+        src = [matcher.lookup(k) for k in t.sources]
+        dst = [matcher.lookup(k) for k in t.targets]
+        note = ""
+        src_keys, dst_keys = t.sources, t.targets
+        if all(isinstance(f, Found) for f in src):
             present = "original"
-        elif all(dst):
-            strip, add = dst[0][1], dst[0][2]  # type: ignore[index]
+            src_keys = tuple(f.key for f in src)  # type: ignore[union-attr]
+            dst_keys, note = matcher.fused_names(t.targets, t.sources[0], src[0])  # type: ignore[arg-type]
+        elif all(isinstance(f, Found) for f in dst):
             present = "fused"
+            dst_keys = tuple(f.key for f in dst)  # type: ignore[union-attr]
+            src_keys, note = matcher.original_names(t.sources, t.targets[0], dst[0])  # type: ignore[arg-type]
         else:
-            strip, add, present = "", "", "missing"
-        src_keys = tuple(matcher.translate(k, strip, add) for k in t.sources)
-        dst_keys = tuple(matcher.translate(k, strip, add) for k in t.targets)
+            present = "missing"
+            converted = next((f for f in src + dst if isinstance(f, Converted)), None)
+            note = converted.reason() if converted is not None else ""
+        if note:
+            present = "missing"  # refused: a fused key that does not load back, or computed keys
         if present == "original":
             infos = [ckpt.tensors[k] for k in src_keys]
             src_shapes = tuple(i.shape for i in infos)
@@ -428,7 +403,7 @@ def _checkpoint_transforms(insp: Inspection, transforms: list[KeyTransform]) -> 
             dst_shapes = tuple(() for _ in t.targets)
             dtype = "?"
         sides.add(present)
-        out.append(CheckpointTransform(t, src_keys, dst_keys, src_shapes, dst_shapes, dtype, present))
+        out.append(CheckpointTransform(t, src_keys, dst_keys, src_shapes, dst_shapes, dtype, present, note))
     if not out:
         layout = "none"
     elif len(sides) == 1:
@@ -436,6 +411,19 @@ def _checkpoint_transforms(insp: Inspection, transforms: list[KeyTransform]) -> 
     else:
         layout = "mixed"
     return out, layout
+
+
+def _notes(cts: list[CheckpointTransform]) -> list[str]:
+    """One message per family with refused transforms: the first reason and how many."""
+    by_family: dict[str, list[str]] = {}
+    for ct in cts:
+        if ct.note:
+            by_family.setdefault(ct.family, []).append(ct.note)
+    out = []
+    for family, notes in by_family.items():
+        more = f" ({len(notes)} key groups like this one)" if len(notes) > 1 else ""
+        out.append(f"{family!r} refused: {notes[0]}{more}")
+    return out
 
 
 def _safe_shapes(fn, shapes):
