@@ -7,9 +7,12 @@ there, never on the GUI thread. No tensor math here: these only call the core.
 
 from __future__ import annotations
 
+import gc
 import logging
+import threading
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +20,31 @@ if TYPE_CHECKING:
     from fusion_core import Inspection, ModelSource
 
 log = logging.getLogger("fusion_gui.operations")
+_first_open = threading.Lock()
+_engine_settled = False
+
+
+@contextmanager
+def _quiet_gc_first_time() -> Iterator[None]:
+    """The first open imports torch and transformers (~1M objects): no cyclic GC meanwhile, then freeze.
+
+    A full collection runs in whichever thread triggers it, holding the GIL: over the
+    engine's objects it took 100-200 ms, and the GUI thread waited that long (measured
+    with benchmarks/bench_gui.py). Frozen objects are never scanned again; they are
+    modules, classes and functions that live as long as the process anyway.
+    """
+    global _engine_settled
+    with _first_open:
+        if _engine_settled:
+            yield
+            return
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
+            gc.freeze()
+            _engine_settled = True
 
 
 def open_model(spec: str, *, trust_remote_code: bool = False):
@@ -31,16 +59,15 @@ def open_model(spec: str, *, trust_remote_code: bool = False):
 
         t0 = time.perf_counter()
         yield Progress(0, 4, f"loading the engine for {spec}")
-        import fusion_core
+        with _quiet_gc_first_time():
+            import fusion_core
 
-        t1 = time.perf_counter()
-        yield Progress(1, 4, f"resolving {spec}")
-        source = fusion_core.resolve(spec, trust_remote_code=trust_remote_code)
-        yield Progress(2, 4, f"building the module tree of {source.model_class.__name__}")
-        insp = fusion_core.inspect_model(source)
-        yield Progress(3, 4, "discovering fusable modules")
-        for name in fusion_core.REGISTRY:
-            insp.discovery(name)
+            t1 = time.perf_counter()
+            source = fusion_core.resolve(spec, trust_remote_code=trust_remote_code)
+            insp = fusion_core.inspect_model(source)
+            for name in fusion_core.REGISTRY:
+                insp.discovery(name)
+        yield Progress(3, 4, f"{source.model_class.__name__}: {len(insp.tree)} modules")
         t2 = time.perf_counter()
         log.info(
             "opened %s: %s, %d modules, engine import %.2f s, open + discovery %.2f s",

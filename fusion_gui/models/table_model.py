@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt
+from PySide6.QtGui import QFontMetrics
 
 Index = QModelIndex | QPersistentModelIndex
 RowRole = Qt.ItemDataRole.UserRole + 1  # the whole row dict
@@ -86,6 +87,28 @@ class RowsTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole and value is not None:
             return col.text(value)
         return None
+
+
+def natural_widths(model: RowsTableModel, metrics: QFontMetrics, max_rows: int = 5000, pad: int = 18) -> list[int]:
+    """Column widths that fit the longest text of each column (header included).
+
+    ``QTableView.resizeColumnsToContents`` asks the delegate for every cell's size hint
+    (~10 ``data()`` calls per cell): 280 ms for 250 rows. The longest string per column,
+    measured once, costs a few milliseconds and gives the same widths for plain text.
+    """
+    widths = []
+    rows = model.rows[:max_rows]
+    for col in model.columns:
+        texts = [col.title]
+        for row in rows:
+            if col.display is not None:
+                texts.append(col.display(row))
+            else:
+                value = row.get(col.key)
+                texts.append("" if value is None else col.text(value))
+        longest = sorted(texts, key=len, reverse=True)[:3]  # proportional fonts: measure a few
+        widths.append(max(metrics.horizontalAdvance(t) for t in longest) + pad)
+    return widths
 
 
 class TextFilterProxy(QSortFilterProxyModel):

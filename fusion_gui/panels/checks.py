@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from .. import style
 from ..charts import ChecksChart
-from ..models.table_model import Column, RowsTableModel
+from ..models.table_model import Column, RowsTableModel, natural_widths
 
 if TYPE_CHECKING:
     from ..state import AppState
@@ -296,8 +296,9 @@ class ChecksPanel(QWidget):
     def _fit(self, rows: list[dict[str, Any]]) -> None:
         """Numbers at full width; module and class names share the rest (elided in the middle)."""
         self.table.setColumnHidden(len(COLUMNS) - 1, not any(r.get("note") for r in rows))
-        self.table.resizeColumnsToContents()
         header = self.table.horizontalHeader()
+        for col, w in enumerate(natural_widths(self.model, self.table.fontMetrics())):
+            header.resizeSection(col, w + (22 if col == 0 else 0))
         shared = (0,)
         visible = [c for c in range(len(COLUMNS)) if not self.table.isColumnHidden(c)]
         others = sum(header.sectionSize(c) for c in visible if c not in shared)

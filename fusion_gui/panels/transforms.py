@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 
 from .. import style
 from ..format import shape_text
-from ..models.table_model import Column, RowsTableModel, TextFilterProxy
+from ..models.table_model import Column, RowsTableModel, TextFilterProxy, natural_widths
 
 if TYPE_CHECKING:
     from fusion_core import FusionPlan
@@ -57,6 +57,7 @@ class TransformsPanel(QWidget):
         super().__init__(parent)
         self.state = state
         self.model = RowsTableModel(COLUMNS, self._style_row, self)
+        self._widths: list[int] = []
         self.proxy = TextFilterProxy(self)
         self.proxy.setSourceModel(self.model)
 
@@ -158,12 +159,14 @@ class TransformsPanel(QWidget):
             text += " Nothing to transform with the enabled fusions."
         self.info.setText(text)
 
-    def _fit(self) -> None:
-        """Fit the columns to their text; long keys share what is left (elided in the middle)."""
-        self.table.resizeColumnsToContents()
+    def _fit(self, measure: bool = True) -> None:
+        """Fit the columns to their text; long keys share what is left (elided on the left)."""
         header = self.table.horizontalHeader()
-        for col in range(self.model.columnCount()):
-            header.resizeSection(col, header.sectionSize(col) + 6)
+        if measure or not self._widths:
+            self._widths = natural_widths(self.model, self.table.fontMetrics())
+            self._widths[0] += 22  # the family icon
+        for col, w in enumerate(self._widths):
+            header.resizeSection(col, w)
         width = self.table.viewport().width()
         others = sum(header.sectionSize(c) for c in range(self.model.columnCount()) if c not in KEY_COLUMNS)
         room = max(width - others - 2, 2 * 120)
@@ -175,7 +178,7 @@ class TransformsPanel(QWidget):
     def resizeEvent(self, event) -> None:  # Qt override: the key columns share the new width
         super().resizeEvent(event)
         if self.model.rows:
-            self._fit()
+            self._fit(measure=False)
 
     def visible_rows(self) -> list[dict]:
         return self.proxy.visible_rows()
