@@ -166,9 +166,10 @@ def check_layout(plan: FusionPlan, source: ModelSource) -> None:
     where = str(source.folder)
     if plan.layout == "missing":
         ct = next(c for c in plan.checkpoint_transforms if c.present == "missing")
+        why = f" ({ct.note})" if ct.note else ""
         raise LoadError(
             f"{where}: the checkpoint is in neither the original nor the fused layout for "
-            f"{ct.family!r}: expected {', '.join(ct.source_keys)} (original) or {', '.join(ct.target_keys)} (fused); "
+            f"{ct.family!r}{why}: expected {', '.join(ct.source_keys)} (original) or {', '.join(ct.target_keys)} (fused); "
             "is this checkpoint for this model class and config?"
         )
     if plan.layout == "mixed":
@@ -187,8 +188,6 @@ def check_shapes(insp: Inspection, plan: FusionPlan) -> None:
     Raises:
         LoadError: naming each key whose shape does not match the config.
     """
-    from .plan import KeyMatcher
-
     ckpt = insp.source.checkpoint
     if ckpt is None:
         return
@@ -208,7 +207,7 @@ def check_shapes(insp: Inspection, plan: FusionPlan) -> None:
             continue
         transformed.update(t.sources)
         expected.update(zip(keys, (tuple(s) for s in shapes)))
-    matcher = KeyMatcher(list(ckpt.tensors))
+    matcher = insp.key_matcher()  # follows transformers' own renames (ViT's attention.query -> q_proj)
     for key, shape in params.items():
         if key in transformed:
             continue
