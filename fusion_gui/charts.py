@@ -21,7 +21,11 @@ from PySide6.QtGui import QColor, QFont, QPainter, QPen
 
 from . import style
 
-_FLOOR = 1e-12  # zero error drawn at the bottom of the log axis
+SLOWER = "#ef6c00"  # amber: slower is a finding, not a failure (red is kept for failed checks)
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def short_name(path: str, parts: int = 2) -> str:
@@ -56,9 +60,9 @@ class ChecksChart(QChartView):
             return
         chart.setTitle("Speedup of each fused module (bars) and its error against the tolerance (dots)")
         labels = [short_name(r["module"]) for r in self.rows]
-        speed = QBarSet("speedup (red: slower)")
+        speed = QBarSet("speedup (amber: slower)")
         speed.setColor(QColor(style.PASS))
-        speed.setSelectedColor(QColor(style.FAIL))  # one set, per-bar colour: slower bars are "selected"
+        speed.setSelectedColor(QColor(SLOWER))  # one set, per-bar colour: slower bars are "selected"
         speed.setLabelColor(QColor(style.TEXT_ON_TINT))
         top = 1.0
         for i, r in enumerate(self.rows):
@@ -88,24 +92,33 @@ class ChecksChart(QChartView):
             dots.setBorderColor(QColor("white"))
             dots.setMarkerSize(11)
             dots.setMarkerShape(shape)
+        exact_dots = QScatterSeries()  # zero error has no place on a log axis: drawn at its bottom
+        exact_dots.setName("exact (0)")
+        exact_dots.setColor(QColor("white"))
+        exact_dots.setBorderColor(QColor("#1565c0"))
+        exact_dots.setMarkerSize(10)
+        errors = [_finite(r.get("max_abs_diff")) for r in self.rows]
+        tols = [_finite(r.get("tolerance")) for r in self.rows]
+        scale = [v for v in errors + tols if v is not None and v > 0] or [1e-6]
+        lo = 10 ** (math.floor(math.log10(min(scale))) - 1)
+        hi = 10 ** (math.ceil(math.log10(max(scale))) + 1)
         tol_lines: list[QLineSeries] = []  # one short dash per row: tolerances differ per row
-        lo, hi = 1.0, 1e-12
         for i, r in enumerate(self.rows):
-            err = r.get("max_abs_diff")
-            err = float(err) if isinstance(err, (int, float)) and math.isfinite(err) else None
-            value = max(err if err is not None else 1.0, _FLOOR)
-            (ok_dots if r.get("passed") else bad_dots).append(QPointF(i, value))
-            lo, hi = min(lo, value), max(hi, value)
-            tol = r.get("tolerance")
-            if isinstance(tol, (int, float)) and tol > 0:
+            err = errors[i]
+            if err is None:  # NaN / inf: a failure, drawn at the top
+                bad_dots.append(QPointF(i, hi))
+            elif err <= 0:
+                (exact_dots if r.get("passed") else bad_dots).append(QPointF(i, lo))
+            else:
+                (ok_dots if r.get("passed") else bad_dots).append(QPointF(i, err))
+            if tols[i]:
                 line = QLineSeries()
                 line.setName("tolerance")
                 line.setPen(QPen(QColor("#6d4c41"), 2, Qt.PenStyle.DashLine))
-                line.append(QPointF(i - 0.35, tol))
-                line.append(QPointF(i + 0.35, tol))
+                line.append(QPointF(i - 0.35, tols[i]))
+                line.append(QPointF(i + 0.35, tols[i]))
                 tol_lines.append(line)
-                lo, hi = min(lo, tol), max(hi, tol)
-        dot_series = [ok_dots, bad_dots, *tol_lines]
+        dot_series = [ok_dots, bad_dots, exact_dots, *tol_lines]
         for series in dot_series:
             chart.addSeries(series)
 
@@ -122,7 +135,8 @@ class ChecksChart(QChartView):
         bars.attachAxis(y_speed)
         y_err = QLogValueAxis()
         y_err.setBase(10)
-        y_err.setRange(10 ** math.floor(math.log10(lo) - 0.5), 10 ** math.ceil(math.log10(hi) + 0.5))
+        y_err.setRange(lo, hi)
+        y_err.setMinorTickCount(0)
         y_err.setTitleText("error (log)")
         y_err.setLabelFormat("%.0e")
         chart.addAxis(y_err, Qt.AlignmentFlag.AlignRight)
@@ -135,6 +149,7 @@ class ChecksChart(QChartView):
             series.attachAxis(y_err)
         for line in tol_lines[1:]:
             chart.legend().markers(line)[0].setVisible(False)
-        if not bad_dots.count():
-            chart.legend().markers(bad_dots)[0].setVisible(False)
+        for dots in (bad_dots, exact_dots):
+            if not dots.count():
+                chart.legend().markers(dots)[0].setVisible(False)
         self.setChart(chart)

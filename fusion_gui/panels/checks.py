@@ -168,7 +168,7 @@ class ChecksPanel(QWidget):
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.table)
         splitter.addWidget(self.chart)
-        splitter.setSizes([150, 300])
+        splitter.setSizes([190, 280])
 
         bar = QHBoxLayout()
         bar.addWidget(QLabel("dtype:"))
@@ -302,11 +302,13 @@ class ChecksPanel(QWidget):
         shared = (0,)
         visible = [c for c in range(len(COLUMNS)) if not self.table.isColumnHidden(c)]
         others = sum(header.sectionSize(c) for c in visible if c not in shared)
-        room = max(self.table.viewport().width() - others - 2, 140)
+        # room for a vertical scroll bar that may appear once the rows are in
+        bar = self.table.style().pixelMetric(self.table.style().PixelMetric.PM_ScrollBarExtent)
+        room = max(self.table.width() - 2 * self.table.frameWidth() - bar - others - 2, 120)
         total = sum(header.sectionSize(c) for c in shared)
         if total > room:
             for c in shared:
-                header.resizeSection(c, max(140, int(header.sectionSize(c) * room / total)))
+                header.resizeSection(c, max(120, int(header.sectionSize(c) * room / total)))
 
     def resizeEvent(self, event) -> None:  # Qt override: keep the result columns within the width
         super().resizeEvent(event)

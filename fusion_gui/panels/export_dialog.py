@@ -210,6 +210,7 @@ class ExportDialog(QDialog):
             f"<b>Verified:</b> {html.escape(ver['summary'])}<ul style='margin:2px'>{files}{more}</ul>",
         )
         self.show_button.setEnabled(True)
+        self.adjustSize()  # the summary lists the files: let the dialog grow to show them
 
     def _on_failed(self, error: BaseException) -> None:
         from ..state import error_text

@@ -77,7 +77,7 @@ class LogPanel(QWidget):
         self.level_box.setCurrentIndex(1)
         self.clear_button = QPushButton("Clear")
         self.view = QPlainTextEdit(readOnly=True)
-        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.view.setMaximumBlockCount(MAX_RECORDS)
         font = self.view.font()
         font.setFamily("monospace")

@@ -224,17 +224,20 @@ class TreePanel(QWidget):
             self.legend.addWidget(pic)
             self.legend.addWidget(label)
 
+        # only families with matches: the others mark nothing in the tree (their counts are in the Fusions tab)
         for i, name in enumerate(self.state.family_order):
-            if name in enabled:
-                n = sum(1 for f in matched.values() if f == name)
+            n = sum(1 for f in matched.values() if f == name)
+            if name in enabled and n:
                 colour = style.FAMILY_COLOURS[i % len(style.FAMILY_COLOURS)]
                 add(style.fused_icon(colour), f"{name} ({n})", f"modules {name} replaces")
         add(style.rejected_icon(), f"rejected ({len(rejected)})", "candidates not fused; the reason is in the tooltip")
-        add(style.contains_icon(style.FAMILY_COLOURS[0]), "contains fusable", "the number of fusable modules below")
-        if not enabled:
-            hint = QLabel("no fusion enabled (Fusions tab)")
-            hint.setProperty("role", "hint")
-            self.legend.addWidget(hint)
+        if matched:
+            add(style.contains_icon(style.FAMILY_COLOURS[0]), "contains fusable", "the number of fusable modules below")
+        hint = "" if matched else ("nothing to fuse with the enabled fusions" if enabled else "no fusion enabled")
+        if hint:
+            label = QLabel(f"{hint} (Fusions tab)")
+            label.setProperty("role", "hint")
+            self.legend.addWidget(label)
         self.legend.addStretch(1)
 
     # filter ----------------------------------------------------------------------------

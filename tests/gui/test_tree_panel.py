@@ -109,3 +109,19 @@ def test_filter_reaches_unexpanded_rows(qtbot):
     block = proxy.index(0, 0, top)
     assert block.data() == "12"
     assert proxy.index(0, 0, block).data() == "17"
+
+
+def test_rejected_candidate_marked_with_reason(qtbot, window, open_model, only_fusions):
+    open_model(window, "demo:vit")
+    only_fusions(window, "patch_embeddings")  # a Conv3d family: the ViT's Conv2d is a rejected candidate
+    path = "embeddings.patch_embedding"
+    index = window.tree.model.index_for_path(path)
+    assert index.data(StatusRole) == "rejected"
+    assert "no Conv3d child" in index.data(Qt.ItemDataRole.ToolTipRole)
+    assert index.data(Qt.ItemDataRole.BackgroundRole) is not None
+    assert window.tree.model.index_for_path("embeddings").data(CountRole) == 0
+    legend = [w.text() for w in window.tree.findChildren(type(window.tree.filter_count))]
+    assert "rejected (1)" in legend
+    window.tree.select_path(path)
+    assert "rejected: no Conv3d child" in window.details.text()
+    assert "can be fused" in window.fusions.message.text()
