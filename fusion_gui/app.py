@@ -174,6 +174,9 @@ def apply_view_options(window: MainWindow, args: argparse.Namespace) -> None:
     def on_model(_insp: object) -> None:
         state.model_changed.disconnect(on_model)
         if args.fusion is not None:
+            unknown = sorted(set(args.fusion) - set(state.family_order))
+            if unknown:
+                print(f"fusion-inspector: unknown fusion family: {', '.join(unknown)}", file=sys.stderr)
             for name in state.family_order:
                 state.set_family_enabled(name, name in args.fusion)
         if args.filter:
