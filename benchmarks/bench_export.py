@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from _qwen2vl_checkpoint import generate as _generate
+
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / ".bench"
 MIB = 1024 * 1024
@@ -47,41 +49,8 @@ EXPORT = (
 
 
 def generate(folder: Path, layers: int) -> None:
-    """Write a random-weight checkpoint with transformers' own save_pretrained."""
-    import torch
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
-
-    config = Qwen2VLConfig(
-        text_config={
-            "vocab_size": 32000,
-            "hidden_size": 1024,
-            "intermediate_size": 4096,
-            "num_hidden_layers": layers,
-            "num_attention_heads": 16,
-            "num_key_value_heads": 4,
-            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-            "tie_word_embeddings": False,
-            "bos_token_id": 1,
-            "eos_token_id": 2,
-            "pad_token_id": 0,
-        },
-        vision_config={"depth": 2, "embed_dim": 512, "hidden_size": 1024, "num_heads": 8, "in_channels": 3},
-        image_token_id=31990,
-        video_token_id=31991,
-        vision_start_token_id=31992,
-        vision_end_token_id=31993,
-    )
-    with torch.device("meta"):
-        model = Qwen2VLForConditionalGeneration(config)
-    model.to_empty(device="cpu")
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.02, generator=gen)
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    os.replace(tmp, folder)
+    """Write the export benchmark's checkpoint (a smaller vision tower than the load benchmark's)."""
+    _generate(folder, layers, vision_depth=2, vision_dim=512, vision_heads=8)
 
 
 def ensure_checkpoint(quick: bool) -> Path:

@@ -21,12 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _qwen2vl_checkpoint import generate as _generate
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / ".bench"
@@ -48,47 +49,8 @@ SCRIPTS = {
 
 
 def generate(folder: Path, layers: int, vision_depth: int) -> None:
-    """Write a random-weight checkpoint with transformers' own ``save_pretrained``."""
-    import torch
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
-
-    config = Qwen2VLConfig(
-        text_config={
-            "vocab_size": 32000,
-            "hidden_size": 1024,
-            "intermediate_size": 4096,
-            "num_hidden_layers": layers,
-            "num_attention_heads": 16,
-            "num_key_value_heads": 4,
-            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-            "tie_word_embeddings": False,
-            "bos_token_id": 1,
-            "eos_token_id": 2,
-            "pad_token_id": 0,
-        },
-        vision_config={
-            "depth": vision_depth,
-            "embed_dim": 1280,
-            "hidden_size": 1024,
-            "num_heads": 16,
-            "in_channels": 3,
-        },
-        image_token_id=31990,
-        video_token_id=31991,
-        vision_start_token_id=31992,
-        vision_end_token_id=31993,
-    )
-    with torch.device("meta"):
-        model = Qwen2VLForConditionalGeneration(config)
-    model.to_empty(device="cpu")
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.02, generator=gen)
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    os.replace(tmp, folder)
+    """Write the load benchmark's checkpoint."""
+    _generate(folder, layers, vision_depth=vision_depth)
 
 
 def checkpoint(quick: bool) -> Path:
