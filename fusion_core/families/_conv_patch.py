@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..transforms import KeyTransform, Rename, Reshape
-from .base import FusionSpec, Verdict
+from .base import FusionSpec, Verdict, fused_subclass
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -162,11 +162,7 @@ class ConvPatchFusion(FusionSpec):
 
     def make_fused_class(self, original_cls: type) -> type:
         mixin = type(f"_FusedPatch{self._dims}dMixin", (FusedPatchEmbeddingMixin,), {"_conv_type": self.conv_type})
-        fused = type(f"Fused{original_cls.__name__}", (mixin, original_cls), {"__module__": original_cls.__module__})
-        fused.__qualname__ = f"Fused{original_cls.__qualname__}"
-        fused._fusion_family = self.name  # type: ignore[attr-defined]
-        fused._fusion_original = original_cls  # type: ignore[attr-defined]
-        return fused
+        return fused_subclass(original_cls, mixin, self.name)
 
     def make_transforms(self, config: PretrainedConfig, modules: Mapping[str, nn.Module]) -> list[KeyTransform]:
         transforms: list[KeyTransform] = []

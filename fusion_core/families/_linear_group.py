@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..transforms import Concat, KeyTransform
-from .base import FusionSpec, Verdict
+from .base import FusionSpec, Verdict, fused_subclass
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -306,12 +306,7 @@ class LinearGroupFusion(FusionSpec):
             (FusedLinearGroupMixin,),
             {"_fusion_members": tuple(self.members), "_fusion_target": self.fused_name},
         )
-        namespace = {"__module__": original_cls.__module__, "forward": _scoped_forward(original_cls.forward)}
-        fused = type(f"Fused{original_cls.__name__}", (mixin, original_cls), namespace)
-        fused.__qualname__ = f"Fused{original_cls.__qualname__}"
-        fused._fusion_family = self.name  # type: ignore[attr-defined]
-        fused._fusion_original = original_cls  # type: ignore[attr-defined]
-        return fused
+        return fused_subclass(original_cls, mixin, self.name, {"forward": _scoped_forward(original_cls.forward)})
 
     def make_transforms(self, config: PretrainedConfig, modules: Mapping[str, nn.Module]) -> list[KeyTransform]:
         transforms: list[KeyTransform] = []

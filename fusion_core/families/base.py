@@ -97,6 +97,20 @@ class FusionSpec:
         return {}
 
 
+def fused_subclass(original_cls: type, mixin: type, family: str, namespace: Mapping[str, Any] | None = None) -> type:
+    """``Fused<Original>``: ``mixin`` in front of ``original_cls``, living in the original's module.
+
+    The helper every family's ``make_fused_class`` uses, so fused classes are named and
+    tagged alike (``_fusion_family``, ``_fusion_original``).
+    """
+    body = {"__module__": original_cls.__module__, **(namespace or {})}
+    fused = type(f"Fused{original_cls.__name__}", (mixin, original_cls), body)
+    fused.__qualname__ = f"Fused{original_cls.__qualname__}"
+    fused._fusion_family = family  # type: ignore[attr-defined]
+    fused._fusion_original = original_cls  # type: ignore[attr-defined]
+    return fused
+
+
 _REQUIRED = ("check", "make_fused_class", "make_transforms", "fuse_module")
 
 
