@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 import traceback
@@ -196,6 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``fusion-inspector`` and ``python -m fusion_gui``."""
     t0 = time.time()
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    # The window shows progress itself; keep transformers' tqdm bars ("Loading weights") off the
+    # terminal. Set before the engine (and so transformers) is imported on the worker.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     app = create_app()
     from .main_window import MainWindow
     from .settings import Settings
