@@ -316,7 +316,13 @@ def _from_arch(spec: str, model_type: str, model_class: str | None) -> ModelSour
     except Exception as e:
         raise ConfigError(f"arch:{model_type}: the default config cannot be built: {e}") from e
     check_model_size(config, spec)
-    cls = model_class_for(config, model_class)
+    if model_class:
+        cls = model_class_for(config, model_class)
+    else:
+        # the coverage scan's resolution: also task mappings and sub-configs (arch:qwen2_vl_vision)
+        from .coverage_worker import resolve_model_class
+
+        cls, _how = resolve_model_class(config)
     return ModelSource(spec=spec, kind="arch", name=spec, config=config, model_class=cls)
 
 

@@ -268,3 +268,14 @@ def test_index_with_absolute_shard_name_via_resolve(llama_dir, tmp_path):
     write_index(folder, weight_map)
     with pytest.raises(CheckpointError, match=f"weight_map entry {key!r}.*leaves the model folder"):
         resolve(str(folder))
+
+
+def test_arch_opens_a_vision_sub_config_the_coverage_scan_knows():
+    """Sub-configs have no Auto entry; ``arch:`` resolves them as the coverage scan does."""
+    from fusion_core import inspect_model
+
+    insp = inspect_model("arch:qwen2_vl_vision")
+    assert insp.source.model_class.__name__ == "Qwen2VisionTransformerPretrainedModel"
+    plan = insp.plan({"patch_embeddings": True})
+    assert [m.path for m in plan.families[0].discovery.matches] == ["patch_embed"]
+    assert plan.rows("load")[0]["target_shape"] == [1280, 1176]
