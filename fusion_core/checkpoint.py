@@ -249,7 +249,13 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _allowed_roots(folder: Path) -> list[Path]:
+def allowed_roots(folder: Path) -> list[Path]:
+    """Folders a file of ``folder`` may resolve into through links.
+
+    The folder itself; for a Hugging Face cache snapshot (``snapshots/<rev>``, whose files
+    are links into ``../../blobs``), also that repository's ``blobs`` folder. Shard reading
+    and export's copy of the other files share this one rule.
+    """
     root = folder.resolve()
     roots = [root]
     # The Hugging Face cache stores snapshots as links into the repository's own blobs:
@@ -285,7 +291,7 @@ def safe_member(folder: Path, name: str, what: str) -> Path:
         raise CheckpointError(f"{what}: shard name {name!r} leaves the model folder; refused")
     candidate = Path(folder) / pure
     try:
-        roots = _allowed_roots(Path(folder))
+        roots = allowed_roots(Path(folder))
         resolved = candidate.resolve()
     except (OSError, RuntimeError, ValueError) as e:  # link loops, undecodable names
         raise CheckpointError(f"{what}: shard {name!r} cannot be resolved ({e}); refused") from None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .checkpoint import allowed_roots
 from .errors import ExportError
 
 CONFIG_FILE = "config.json"
@@ -167,21 +168,6 @@ def sync_folder(folder: Path) -> None:
 
 def remove_tree(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def allowed_roots(source_folder: Path) -> list[Path]:
-    """Folders a linked file of ``source_folder`` may resolve into.
-
-    The folder itself; for a Hugging Face cache snapshot (``snapshots/<rev>``, whose files
-    are links into ``../../blobs``), also that repository's ``blobs`` folder.
-    """
-    root = source_folder.resolve()
-    roots = [root]
-    # <cache>/models--org--name/snapshots/<revision>/<file> -> ../../blobs/<hash>
-    snapshots = root.parent
-    if snapshots.name == "snapshots" and snapshots.parent.name.startswith(("models--", "datasets--", "spaces--")):
-        roots.append(snapshots.parent / "blobs")
-    return roots
 
 
 def _inside(path: Path, roots: list[Path]) -> bool:
