@@ -8,6 +8,7 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import QHeaderView
 
 Index = QModelIndex | QPersistentModelIndex
 RowRole = Qt.ItemDataRole.UserRole + 1  # the whole row dict
@@ -109,6 +110,18 @@ def natural_widths(model: RowsTableModel, metrics: QFontMetrics, max_rows: int =
         longest = sorted(texts, key=len, reverse=True)[:3]  # proportional fonts: measure a few
         widths.append(max(metrics.horizontalAdvance(t) for t in longest) + pad)
     return widths
+
+
+def share_width(header: QHeaderView, columns: Sequence[int], room: int, minimum: int = 120) -> None:
+    """Shrink ``columns`` proportionally so that together they fit in ``room`` pixels.
+
+    Each keeps at least ``minimum``; nothing happens when they already fit. Used by the
+    tables whose long key/module columns share what the other columns leave.
+    """
+    total = sum(header.sectionSize(c) for c in columns)
+    if total > room:
+        for c in columns:
+            header.resizeSection(c, max(minimum, int(header.sectionSize(c) * room / total)))
 
 
 class TextFilterProxy(QSortFilterProxyModel):

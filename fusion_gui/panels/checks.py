@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from .. import style
 from ..charts import ChecksChart
-from ..models.table_model import Column, RowsTableModel, natural_widths
+from ..models.table_model import Column, RowsTableModel, natural_widths, share_width
 
 if TYPE_CHECKING:
     from ..state import AppState
@@ -304,11 +304,7 @@ class ChecksPanel(QWidget):
         others = sum(header.sectionSize(c) for c in visible if c not in shared)
         # room for a vertical scroll bar that may appear once the rows are in
         bar = self.table.style().pixelMetric(self.table.style().PixelMetric.PM_ScrollBarExtent)
-        room = max(self.table.width() - 2 * self.table.frameWidth() - bar - others - 2, 120)
-        total = sum(header.sectionSize(c) for c in shared)
-        if total > room:
-            for c in shared:
-                header.resizeSection(c, max(120, int(header.sectionSize(c) * room / total)))
+        share_width(header, shared, max(self.table.width() - 2 * self.table.frameWidth() - bar - others - 2, 120))
 
     def resizeEvent(self, event) -> None:  # Qt override: keep the result columns within the width
         super().resizeEvent(event)

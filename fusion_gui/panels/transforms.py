@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 
 from .. import style
 from ..format import shape_text
-from ..models.table_model import Column, RowsTableModel, TextFilterProxy, natural_widths
+from ..models.table_model import Column, RowsTableModel, TextFilterProxy, natural_widths, share_width
 
 if TYPE_CHECKING:
     from fusion_core import FusionPlan
@@ -169,11 +169,7 @@ class TransformsPanel(QWidget):
             header.resizeSection(col, w)
         width = self.table.viewport().width()
         others = sum(header.sectionSize(c) for c in range(self.model.columnCount()) if c not in KEY_COLUMNS)
-        room = max(width - others - 2, 2 * 120)
-        keys = sum(header.sectionSize(c) for c in KEY_COLUMNS)
-        if keys > room:
-            for c in KEY_COLUMNS:
-                header.resizeSection(c, max(120, int(header.sectionSize(c) * room / keys)))
+        share_width(header, KEY_COLUMNS, max(width - others - 2, 2 * 120))
 
     def resizeEvent(self, event) -> None:  # Qt override: the key columns share the new width
         super().resizeEvent(event)
