@@ -27,7 +27,7 @@ def main() -> None:
 
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    from fusion_core.coverage import scan
+    from fusion_core.coverage.scan import scan
 
     imports = time.perf_counter() - t0
     report = scan(jobs=args.jobs)

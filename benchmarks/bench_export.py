@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 CACHE = HERE / ".bench"
 MIB = 1024 * 1024
 FUSION = {"patch_embeddings": True}
-MODULES = "import torch, transformers, safetensors, fusion_core, fusion_core.export; "
+MODULES = "import torch, transformers, safetensors, fusion_core, fusion_core.export.pipeline; "
 MODULES += "import transformers.models.qwen2_vl.modeling_qwen2_vl"
 BARE = MODULES
 # The export prints its own duration (after the imports) too: a second, import-noise-free figure.

@@ -37,7 +37,7 @@ print(time.perf_counter() - t0)
 
 def plan_once() -> float:
     from fusion_core import inspect_model
-    from fusion_core.discovery import clear_cache
+    from fusion_core.plan.discovery import clear_cache
 
     clear_cache()
     t0 = time.perf_counter()

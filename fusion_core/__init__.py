@@ -1,99 +1,77 @@
 """fusion_core: the engine of Fusion Inspector (no Qt here).
 
 Open a model (:func:`resolve`, :func:`inspect_model`), see what each fusion family would
-replace (:meth:`Inspection.discovery`), and build a :class:`FusionPlan`.
+replace (:meth:`Inspection.discovery`), build a :class:`FusionPlan`, then load, check or
+export it. The stages live in sub-packages (``docs/architecture.md``): ``model`` (sources,
+safety, checkpoint headers, demos, the module tree), ``families`` (the spec protocol, the
+registry, one module per family), ``plan`` (discovery, key names, the validated plan),
+``run`` (loading, inputs, checks, results, upstream parity), ``export`` and ``coverage``,
+and ``cli`` on top.
+
+The public names below are imported lazily, on first use: ``import fusion_core.errors``
+imports neither torch nor transformers nor any third-party family plugin.
 """
 
 from __future__ import annotations
 
-from .checkpoint import CheckpointIndex, TensorInfo, read_header, read_index
-from .checks import CheckResult, check, iter_check
-from .coverage import CoverageReport, coverage_scan, format_report, scan
-from .discovery import Discovery, Match, Rejection, discover
-from .errors import (
-    Cancelled,
-    CheckpointError,
-    ConfigError,
-    ExportError,
-    FamilyConflictError,
-    FusionError,
-    InvalidFusionConfigError,
-    LoadError,
-    ModelSourceError,
-    RemoteCodeError,
-    UnknownFamilyError,
-    UnsafeModelError,
-    UsageError,
-)
-from .export import ExportResult, ExportVerification, export, iter_export
-from .families import REGISTRY, FusionSpec, Verdict, families, get_family
-from .families.plugins import plugin_errors
-from .loading import LoadResult, iter_load, load, load_plain
-from .patching import scoped_patch
-from .plan import FusionPlan, Inspection, inspect_model, validate_fusion_config
-from .progress import CancelToken, Progress, drive
-from .sources import ModelSource, cached_hub_models, known_model_types, resolve
-from .tree import ModuleNode, ModuleTree, build_meta_model, module_tree
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "REGISTRY",
-    "CancelToken",
-    "Cancelled",
-    "CheckResult",
-    "CheckpointError",
-    "CheckpointIndex",
-    "ConfigError",
-    "CoverageReport",
-    "Discovery",
-    "ExportError",
-    "ExportResult",
-    "ExportVerification",
-    "FamilyConflictError",
-    "FusionError",
-    "FusionPlan",
-    "FusionSpec",
-    "Inspection",
-    "InvalidFusionConfigError",
-    "LoadError",
-    "LoadResult",
-    "Match",
-    "ModelSource",
-    "ModelSourceError",
-    "ModuleNode",
-    "ModuleTree",
-    "Progress",
-    "Rejection",
-    "RemoteCodeError",
-    "TensorInfo",
-    "UnknownFamilyError",
-    "UnsafeModelError",
-    "UsageError",
-    "Verdict",
-    "build_meta_model",
-    "cached_hub_models",
-    "check",
-    "coverage_scan",
-    "discover",
-    "drive",
-    "export",
-    "families",
-    "format_report",
-    "get_family",
-    "inspect_model",
-    "iter_check",
-    "iter_export",
-    "iter_load",
-    "known_model_types",
-    "load",
-    "load_plain",
-    "module_tree",
-    "plugin_errors",
-    "read_header",
-    "read_index",
-    "resolve",
-    "scan",
-    "scoped_patch",
-    "validate_fusion_config",
-]
+# public name -> the module that defines it
+_API: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "Cancelled",
+            "CheckpointError",
+            "ConfigError",
+            "ExportError",
+            "FamilyConflictError",
+            "FusionError",
+            "InvalidFusionConfigError",
+            "LoadError",
+            "ModelSourceError",
+            "RemoteCodeError",
+            "UnknownFamilyError",
+            "UnsafeModelError",
+            "UsageError",
+        ),
+        "fusion_core.errors",
+    ),
+    **dict.fromkeys(("CancelToken", "Progress", "drive"), "fusion_core.progress"),
+    "scoped_patch": "fusion_core.patching",
+    **dict.fromkeys(("CheckpointIndex", "TensorInfo", "read_header", "read_index"), "fusion_core.model.checkpoint"),
+    **dict.fromkeys(("ModelSource", "cached_hub_models", "known_model_types", "resolve"), "fusion_core.model.sources"),
+    **dict.fromkeys(("ModuleNode", "ModuleTree", "build_meta_model", "module_tree"), "fusion_core.model.tree"),
+    **dict.fromkeys(
+        ("REGISTRY", "FusionSpec", "Verdict", "families", "get_family", "plugin_errors"), "fusion_core.families"
+    ),
+    **dict.fromkeys(("Discovery", "Match", "Rejection", "discover"), "fusion_core.plan.discovery"),
+    **dict.fromkeys(
+        ("FusionPlan", "Inspection", "inspect_model", "validate_fusion_config"), "fusion_core.plan.fusion_plan"
+    ),
+    **dict.fromkeys(("LoadResult", "iter_load", "load", "load_plain"), "fusion_core.run.loading"),
+    **dict.fromkeys(("CheckResult", "check", "iter_check"), "fusion_core.run.checks"),
+    **dict.fromkeys(("ExportResult", "ExportVerification", "iter_export"), "fusion_core.export.pipeline"),
+    **dict.fromkeys(("CoverageReport", "coverage_scan", "format_report", "scan"), "fusion_core.coverage.scan"),
+}
+# ``fusion_core.export`` is the export sub-package, which is callable: ``fusion_core.export(src, dest, ...)``.
+_SUBPACKAGES = ("export",)
+
+__all__ = sorted([*_API, *_SUBPACKAGES])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

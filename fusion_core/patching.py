@@ -8,7 +8,7 @@ the touched modules are snapshotted and restored in place, so nothing that trans
 or a loader mutates during the block survives it.
 
 One re-entrant lock serializes patched sections and plain meta builds
-(:func:`fusion_core.tree.build_meta_model` takes it too), so a thread never sees another
+(:func:`fusion_core.model.tree.build_meta_model` takes it too), so a thread never sees another
 thread's patches.
 """
 

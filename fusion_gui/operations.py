@@ -84,10 +84,10 @@ def open_model(spec: str, *, trust_remote_code: bool = False):
 
 
 def run_checks(source: ModelSource, fusion_config: dict[str, Any], *, dtype: str, repeats: int, upstream: bool):
-    """Fused load + checks (``fusion_core.checks.iter_check``); returns its CheckResult."""
+    """Fused load + checks (``fusion_core.run.checks.iter_check``); returns its CheckResult."""
 
     def gen():
-        from fusion_core.checks import iter_check
+        from fusion_core.run.checks import iter_check
 
         log.info("checks: %s, %s, dtype %s, %d repeats", source.name, sorted(fusion_config), dtype, repeats)
         result = yield from iter_check(source, fusion_config, dtype=dtype, repeats=repeats, upstream=upstream)
@@ -105,10 +105,10 @@ def run_export(
     max_shard_size: int | str,
     overwrite: bool,
 ):
-    """Export a converted checkpoint (``fusion_core.export.iter_export``); returns its ExportResult."""
+    """Export a converted checkpoint (``fusion_core.export.pipeline.iter_export``); returns its ExportResult."""
 
     def gen():
-        from fusion_core.export import iter_export
+        from fusion_core.export.pipeline import iter_export
 
         log.info("export: %s -> %s (layout %s, shards <= %s)", source.name, out_dir, layout, max_shard_size)
         result = yield from iter_export(
@@ -122,7 +122,7 @@ def run_export(
 def open_dialog_lists() -> dict[str, Any]:
     """The lists the Open dialog offers: demos, model types, cached hub models."""
     import fusion_core
-    from fusion_core.demo import DEMOS
+    from fusion_core.model.demo import DEMOS
 
     return {
         "demos": [(name, demo.description) for name, demo in DEMOS.items()],

@@ -28,7 +28,7 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def qwen2_vl_dir(_isolated_cache: Path) -> Path:
     """The tiny Qwen2-VL demo checkpoint (seeded random weights, Conv3d patch embedding)."""
-    from fusion_core.demo import demo_path
+    from fusion_core.model.demo import demo_path
 
     return demo_path("qwen2-vl")
 
@@ -36,6 +36,6 @@ def qwen2_vl_dir(_isolated_cache: Path) -> Path:
 @pytest.fixture(scope="session")
 def llama_dir(_isolated_cache: Path) -> Path:
     """The tiny Llama demo checkpoint (no patch embedding)."""
-    from fusion_core.demo import demo_path
+    from fusion_core.model.demo import demo_path
 
     return demo_path("llama")

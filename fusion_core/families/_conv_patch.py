@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import nn
 
-from ..transforms import KeyTransform, Rename, Reshape
 from .base import FusionSpec, Verdict, fused_subclass
+from .transforms import KeyTransform, Rename, Reshape
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig

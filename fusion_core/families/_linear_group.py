@@ -30,8 +30,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..transforms import Concat, KeyTransform
 from .base import FusionSpec, Verdict, fused_subclass
+from .transforms import Concat, KeyTransform
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from torch import nn
     from transformers import PretrainedConfig
 
-    from ..transforms import KeyTransform
+    from .transforms import KeyTransform
 
 
 @dataclass(frozen=True)

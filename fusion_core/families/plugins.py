@@ -7,8 +7,10 @@ with no arguments) or instance::
     [project.entry-points."fusion_inspector.families"]
     kv_proj = my_package.families:KVProjFusion
 
-``fusion-core --family-file PATH.py`` (and :func:`load_family_file`) loads the families
-defined in one Python file, for quick experiments.
+``fusion-core --family-file PATH.py`` (and
+:func:`fusion_core.families.registry.load_family_file`) loads the families defined in one
+Python file, for quick experiments. This module finds and imports plugins; the registry
+registers them (entry points on the registry's first use).
 
 A broken plugin (import error, not a spec, protocol not implemented, a name already taken)
 never stops the application: it is logged, recorded in :func:`plugin_errors` (what the CLI
@@ -68,7 +70,8 @@ def clear_plugin_errors() -> None:
         _errors.clear()
 
 
-def _record(name: str, origin: str, error: BaseException | str) -> PluginError:
+def record(name: str, origin: str, error: BaseException | str) -> PluginError:
+    """Keep (and log) the failure of plugin ``name`` from ``origin``."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     text = " ".join(text.split())
     item = PluginError(name, origin, text)
@@ -87,76 +90,54 @@ def _as_spec(obj: object) -> FusionSpec:
     raise TypeError(f"{obj!r} is neither a FusionSpec subclass nor a FusionSpec instance")
 
 
-def _register(spec: FusionSpec, origin: str) -> FusionSpec:
-    from . import REGISTRY, register
-
-    existing = REGISTRY.get(spec.name)
-    if existing is not None and getattr(existing, "origin", "") != origin:
-        raise ValueError(
-            f"a fusion family named {spec.name!r} is already registered by {getattr(existing, 'origin', '?')}"
-        )
-    # the same origin loaded again (a family file edited and reloaded) replaces its families
-    return register(spec, origin=origin, replace=existing is not None)
-
-
 def _entry_points() -> list[EntryPoint]:
     from importlib.metadata import entry_points
 
     return sorted(entry_points(group=GROUP), key=lambda ep: ep.name)
 
 
-def load_entry_points() -> list[FusionSpec]:
-    """Register the families of every ``fusion_inspector.families`` entry point.
+def entry_point_specs(loaded_origins: set[str]) -> list[tuple[FusionSpec, str, str]]:
+    """The families of every ``fusion_inspector.families`` entry point, with their origins.
+
+    Args:
+        loaded_origins: origins already registered (skipped).
 
     Returns:
-        The specs registered now; failures are in :func:`plugin_errors`.
+        (spec, origin, entry point name) triples; failures are recorded in :func:`plugin_errors` and skipped.
     """
     if os.environ.get("FUSION_INSPECTOR_NO_PLUGINS"):
         return []
-    loaded: list[FusionSpec] = []
+    found: list[tuple[FusionSpec, str, str]] = []
     try:
         eps = _entry_points()
     except Exception as e:  # a broken distribution's metadata must not stop the app
-        _record(GROUP, f"entry point group {GROUP}", e)
-        return loaded
+        record(GROUP, f"entry point group {GROUP}", e)
+        return found
     for ep in eps:
         dist = getattr(getattr(ep, "dist", None), "name", None) or "unknown distribution"
         origin = f"entry point {ep.name} ({dist})"
-        with _lock:
-            if any(getattr(s, "origin", "") == origin for s in _registered()):
-                continue  # already loaded
-        try:
-            spec = _register(_as_spec(ep.load()), origin)
-        except Exception as e:
-            _record(ep.name, origin, e)
+        if origin in loaded_origins:
             continue
-        loaded.append(spec)
-    return loaded
+        try:
+            found.append((_as_spec(ep.load()), origin, ep.name))
+        except Exception as e:
+            record(ep.name, origin, e)
+    return found
 
 
-def _registered() -> list[FusionSpec]:
-    from . import REGISTRY
+def file_specs(path: str | os.PathLike[str]) -> tuple[list[FusionSpec], str]:
+    """The families defined in the Python file ``path``, and its origin (``"file <path>"``).
 
-    return list(REGISTRY.values())
-
-
-def load_family_file(path: str | os.PathLike[str]) -> list[FusionSpec]:
-    """Register the families defined in the Python file ``path``.
-
-    Every ``FusionSpec`` subclass defined in the file (with a ``name``) is instantiated
-    and registered, and so is every module-level ``FusionSpec`` instance. Loading the same
-    file again replaces its families. The file is code: load only files you trust.
-
-    Args:
-        path: a ``.py`` file.
+    Every ``FusionSpec`` subclass defined in the file (with a ``name``) is instantiated, and
+    every module-level ``FusionSpec`` instance is taken. The file is code: load only files
+    you trust.
 
     Returns:
-        The specs registered; empty when the file is broken (the error is logged and kept
-        in :func:`plugin_errors`; the application goes on without it).
+        (specs, origin); no specs when the file is missing or broken (the error is recorded
+        in :func:`plugin_errors`).
     """
     file = Path(path).expanduser().absolute()
     origin = f"file {file}"  # absolute: coverage workers load the file again from here
-    name = str(file)
     try:
         resolved = file.resolve(strict=True)
         if not resolved.is_file():
@@ -166,15 +147,9 @@ def load_family_file(path: str | os.PathLike[str]) -> list[FusionSpec]:
         if not specs:
             raise TypeError(f"{file} defines no FusionSpec subclass with a name and no FusionSpec instance")
     except Exception as e:
-        _record(name, origin, e)
-        return []
-    registered: list[FusionSpec] = []
-    for spec in specs:
-        try:
-            registered.append(_register(spec, origin))
-        except Exception as e:
-            _record(f"{name}:{getattr(spec, 'name', '?')}", origin, e)
-    return registered
+        record(str(file), origin, e)
+        return [], origin
+    return specs, origin
 
 
 def _import_file(path: Path) -> object:
@@ -218,7 +193,8 @@ __all__ = [
     "GROUP",
     "PluginError",
     "clear_plugin_errors",
-    "load_entry_points",
-    "load_family_file",
+    "entry_point_specs",
+    "file_specs",
     "plugin_errors",
+    "record",
 ]

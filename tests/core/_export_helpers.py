@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from fusion_core.checkpoint import read_index
+from fusion_core.model.checkpoint import read_index
 
 FUSION = {"patch_embeddings": True}
 EXTRA_FILES = {

@@ -2,7 +2,7 @@
 
 Each case is a small config of a real transformers model class, built with seeded random
 weights and saved with ``save_pretrained`` once per test session. Helpers load them
-through :mod:`fusion_core.loading`, write fused-layout copies, and run synthetic inputs.
+through :mod:`fusion_core.run.loading`, write fused-layout copies, and run synthetic inputs.
 """
 
 from __future__ import annotations

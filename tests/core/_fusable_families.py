@@ -137,8 +137,8 @@ def _classes_for(model_type: str) -> list[str]:
 def _matches(cls: type, config: Any) -> list[str]:
     import torch
 
-    from fusion_core.discovery import discover
     from fusion_core.families import get_family
+    from fusion_core.plan.discovery import discover
 
     with torch.device("meta"):
         model = cls(config)

@@ -17,7 +17,8 @@ from _hostile import sharded_model, tiled, write_index, write_safetensors
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from fusion_core.checkpoint import (
+from fusion_core.errors import CheckpointError
+from fusion_core.model.checkpoint import (
     MAX_HEADER_BYTES,
     open_shard,
     read_header,
@@ -25,7 +26,6 @@ from fusion_core.checkpoint import (
     read_regular_file,
     safe_member,
 )
-from fusion_core.errors import CheckpointError
 
 
 def test_header_matches_safetensors(tmp_path):

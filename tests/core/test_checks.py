@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from fusion_core import check
-from fusion_core.checks import TOLERANCES, iter_check
 from fusion_core.families import REGISTRY
+from fusion_core.run.checks import TOLERANCES, iter_check
 
 PE = {"patch_embeddings": True}
 
@@ -106,7 +106,7 @@ def test_upstream_matches_where_it_is_right(tmp_path: Path) -> None:
 
     if not hasattr(transformers, "Qwen3VLForConditionalGeneration"):
         pytest.skip("this transformers has no Qwen3-VL")
-    from fusion_core.upstream import upstream_knows
+    from fusion_core.run.upstream import upstream_knows
 
     if not upstream_knows("patch_embeddings")[0]:
         pytest.skip(upstream_knows("patch_embeddings")[1])

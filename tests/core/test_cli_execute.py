@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from _wrong_family import wrong_family
 
-from fusion_core.cli import main
+from fusion_core.cli.main import main
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -43,7 +43,7 @@ def test_check_demo_shows_speedup_and_upstream_defect(capsys: pytest.CaptureFixt
     assert out.rstrip().endswith("PASSED")
     assert "model.visual.patch_embed" in out and "end to end (logits)" in out and "speedup" in out
     upstream = next(line for line in out.splitlines() if line.startswith("upstream"))
-    from fusion_core.upstream import upstream_knows
+    from fusion_core.run.upstream import upstream_knows
 
     if upstream_knows("patch_embeddings")[0]:
         import transformers

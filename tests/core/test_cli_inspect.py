@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fusion_core.cli import main
+from fusion_core.cli.main import main
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-import fusion_core.coverage as coverage
-import fusion_core.coverage_pool as coverage_pool
+import fusion_core.coverage.pool as coverage_pool
+import fusion_core.coverage.scan as coverage
 from fusion_core import UnknownFamilyError, UsageError
-from fusion_core.coverage import CoverageReport, coverage_scan, format_report, scan
+from fusion_core.coverage.scan import CoverageReport, coverage_scan, format_report, scan
 from fusion_core.progress import CancelToken, drive
 
 CONV3D_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "videomae", "vivit"}

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from fusion_core import ModelSourceError, inspect_model
-from fusion_core.demo import DEFAULT_DEMO, DEMOS, Demo, demo_path, register_demo
+from fusion_core.model.demo import DEFAULT_DEMO, DEMOS, Demo, demo_path, register_demo
 
 
 def _digests(folder):
@@ -65,8 +65,8 @@ def test_unknown_demo_lists_the_demos():
 
 
 def test_register_demo_refuses_a_second_one_of_the_same_name(monkeypatch):
-    monkeypatch.setattr("fusion_core.demo.DEMOS", dict(DEMOS))
-    from fusion_core import demo
+    monkeypatch.setattr("fusion_core.model.demo.DEMOS", dict(DEMOS))
+    from fusion_core.model import demo
 
     extra = Demo("extra", "test only", DEMOS["llama"].build)
     register_demo(extra)

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from fusion_core import discover, get_family, inspect_model, resolve
-from fusion_core.discovery import clear_cache
-from fusion_core.tree import build_meta_model
+from fusion_core.model.tree import build_meta_model
+from fusion_core.plan.discovery import clear_cache
 
 
 class TubeletEmbed(nn.Module):
@@ -43,7 +43,7 @@ class TwoTowers(nn.Module):
 
 def _save_config(folder, **vision):
     """A tiny Qwen2-VL config.json (no weights) with the given vision settings."""
-    from fusion_core.demo import DEMOS
+    from fusion_core.model.demo import DEMOS
 
     config, _cls = DEMOS["qwen2-vl"].build()
     data = config.to_dict()

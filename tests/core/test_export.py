@@ -16,7 +16,7 @@ import torch
 from _export_helpers import EXTRA_FILES, FUSION, copy_model, raw_bytes_of, tensors_of
 
 from fusion_core import export, load, load_plain
-from fusion_core.checkpoint import INDEX_FILE, read_index
+from fusion_core.model.checkpoint import INDEX_FILE, read_index
 
 PATCH_KEY = "visual.patch_embed.proj.weight"
 FUSED_KEY = "visual.patch_embed.linear_proj.weight"
@@ -184,7 +184,7 @@ def test_default_max_shard_size_is_save_pretrained_default(sharded_dir: Path, tm
 
     from transformers import PreTrainedModel
 
-    from fusion_core.writer import DEFAULT_MAX_SHARD_SIZE
+    from fusion_core.export.writer import DEFAULT_MAX_SHARD_SIZE
 
     default = inspect.signature(PreTrainedModel.save_pretrained).parameters["max_shard_size"].default
     assert default == DEFAULT_MAX_SHARD_SIZE
@@ -197,7 +197,7 @@ def test_default_max_shard_size_is_save_pretrained_default(sharded_dir: Path, tm
 
 
 def test_cli_export_json(qwen2_vl_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from fusion_core.cli import main
+    from fusion_core.cli.main import main
 
     out = tmp_path / "cli-out"
     rc = main(["export", str(qwen2_vl_dir), str(out), "--fusion", "patch_embeddings", "--json", "--no-verify-outputs"])

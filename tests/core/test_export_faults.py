@@ -11,9 +11,9 @@ import pytest
 from _export_helpers import FUSION, copy_model, folder_digest, leftovers, tensors_of
 from safetensors.torch import save_file
 
-import fusion_core.writer as writer
+import fusion_core.export.writer as writer
 from fusion_core import Cancelled, CancelToken, CheckpointError, ExportError, FusionError, Progress, export
-from fusion_core.checkpoint import INDEX_FILE
+from fusion_core.model.checkpoint import INDEX_FILE
 
 
 @pytest.fixture

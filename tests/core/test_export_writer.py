@@ -12,8 +12,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from fusion_core import UsageError
-from fusion_core.checkpoint import read_index
-from fusion_core.writer import OutTensor, iter_write, parse_size, plan_shards
+from fusion_core.export.writer import OutTensor, iter_write, parse_size, plan_shards
+from fusion_core.model.checkpoint import read_index
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int8, torch.bool, torch.float64]
 

@@ -9,7 +9,7 @@ from torch import nn
 
 from fusion_core import FamilyConflictError, inspect_model
 from fusion_core.families import LinearGroupFusion, get_family, register, unregister
-from fusion_core.loading import load, load_plain
+from fusion_core.run.loading import load, load_plain
 
 FAMILY = "gate_up"
 ARCHS = ["gemma", "llama", "mistral", "qwen2"]

@@ -10,7 +10,7 @@ from torch import nn
 from fusion_core import inspect_model
 from fusion_core.families import get_family
 from fusion_core.families._conv_patch import PatchLinear
-from fusion_core.loading import load, load_plain
+from fusion_core.run.loading import load, load_plain
 
 FAMILY = "patch_embeddings_2d"
 # architecture -> (embedding module, its Conv2d child, key transforms: weight reshape [+ bias rename])

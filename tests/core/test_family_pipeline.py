@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from fusion_core import check, export, load
-from fusion_core.demo import demo_path
+from fusion_core.model.demo import demo_path
 
 CASES = {
     "llama": {"qkv": True, "gate_up": True},

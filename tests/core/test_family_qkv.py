@@ -13,7 +13,7 @@ from torch import nn
 from fusion_core import inspect_model
 from fusion_core.families import get_family
 from fusion_core.families._linear_group import LinearAlias
-from fusion_core.loading import load, load_plain
+from fusion_core.run.loading import load, load_plain
 
 FAMILY = "qkv"
 # architecture -> attention modules expected to be fused

@@ -11,7 +11,7 @@ import huggingface_hub.constants as hf_constants
 import pytest
 
 from fusion_core import ModelSourceError, cached_hub_models, inspect_model, resolve
-from fusion_core.cli import main
+from fusion_core.cli.main import main
 
 REPO = "tiny-org/tiny-qwen2-vl"
 REVISION = "0123456789abcdef0123456789abcdef01234567"

@@ -15,8 +15,8 @@ from safetensors import safe_open
 
 from fusion_core import export, inspect_model
 from fusion_core.errors import LoadError
-from fusion_core.key_names import KeyMatcher, prefix_swap, translate
-from fusion_core.loading import load, load_plain
+from fusion_core.plan.key_names import KeyMatcher, prefix_swap, translate
+from fusion_core.run.loading import load, load_plain
 
 QKV = {"qkv": True}
 
@@ -115,7 +115,7 @@ def test_plan_rows_name_the_checkpoint_keys_with_their_shapes(name, root):
         assert ct.target_shapes in (((96, 32),), ((96,),))
         assert ct.target_keys[0] not in stored and ct.dtype == "F32"
     first = next(ct for ct in ckpt if ct.source_keys[0].endswith("layer.0.attention.attention.query.weight"))
-    assert first.target_keys == (CASES[name][1],)  # the model's own naming (see fusion_core.key_names)
+    assert first.target_keys == (CASES[name][1],)  # the model's own naming (see fusion_core.plan.key_names)
     rows = plan.rows("load")
     assert rows[0]["source_key"] == first.source_keys[0] and rows[0]["source_shape"] == [32, 32]
     assert rows[0]["target_key"] == CASES[name][1] and rows[0]["target_shape"] == [96, 32]

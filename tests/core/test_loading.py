@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from fusion_core import Cancelled, CancelToken, LoadError, load, load_plain
 from fusion_core.errors import CheckpointError
-from fusion_core.loading import iter_load
+from fusion_core.run.loading import iter_load
 
 PE = {"patch_embeddings": True}
 PATH = "model.visual.patch_embed"

@@ -11,7 +11,7 @@ from transformers.models.qwen2_moe import modeling_qwen2_moe as moe
 from transformers.models.qwen2_vl import modeling_qwen2_vl as qvl
 
 from fusion_core import inspect_model, scoped_patch
-from fusion_core.tree import build_meta_model
+from fusion_core.model.tree import build_meta_model
 
 
 class _Boom(Exception):

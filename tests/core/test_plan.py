@@ -19,7 +19,7 @@ from fusion_core import (
 )
 from fusion_core.families import REGISTRY, register, unregister
 from fusion_core.families.base import FusionSpec, Verdict
-from fusion_core.transforms import Rename
+from fusion_core.families.transforms import Rename
 
 # --- validation ------------------------------------------------------------------------
 

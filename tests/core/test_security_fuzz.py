@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from fusion_core.checkpoint import DTYPE_BITS, read_header, read_index
 from fusion_core.errors import CheckpointError, FusionError
-from fusion_core.sources import config_from_dict, resolve
+from fusion_core.model.checkpoint import DTYPE_BITS, read_header, read_index
+from fusion_core.model.sources import config_from_dict, resolve
 
 FUZZ = settings(
     max_examples=250,

@@ -17,7 +17,7 @@ from _hostile import copy_model, sharded_model, write_index
 
 from fusion_core import inspect_model, resolve
 from fusion_core.errors import CheckpointError, ConfigError, ModelSourceError, RemoteCodeError
-from fusion_core.sources import (
+from fusion_core.model.sources import (
     MAX_CONFIG_BYTES,
     check_model_size,
     config_from_dict,
@@ -253,7 +253,7 @@ def test_module_budget_stops_a_build_and_counts_this_thread_only():
 
 
 def test_build_meta_model_uses_the_budget(llama_dir, monkeypatch):
-    from fusion_core import tree
+    from fusion_core.model import tree
 
     monkeypatch.setattr(tree, "MAX_MODULES", 20)
     with pytest.raises(ModelSourceError, match="grows past 20 modules"):

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusion_core.transforms import Concat, Rename, Reshape
+from fusion_core.families.transforms import Concat, Rename, Reshape
 
 dims = st.integers(min_value=1, max_value=4)
 

@@ -9,7 +9,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from fusion_core import ModelSourceError, inspect_model, resolve
-from fusion_core.tree import build_meta_model, module_tree
+from fusion_core.model.tree import build_meta_model, module_tree
 
 
 @pytest.fixture(scope="module")

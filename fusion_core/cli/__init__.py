@@ -1,0 +1,7 @@
+"""``fusion-core``: the command-line face of the engine (see :mod:`fusion_core.cli.main`)."""
+
+from __future__ import annotations
+
+from .main import build_parser, main
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,82 @@
+"""``fusion-core export``: write a fused-layout (or original-layout) checkpoint, verified."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .output import print_json, run_with_progress, table
+
+
+def register(sub: Any) -> None:
+    from ..export.writer import DEFAULT_MAX_SHARD_SIZE
+
+    p = sub.add_parser(
+        "export",
+        help="export a checkpoint in fused or original layout (streamed, atomic, verified)",
+        description=(
+            "Convert MODEL's safetensors checkpoint into OUT, tensor by tensor. OUT is written into a "
+            "temporary sibling folder and renamed into place once verified; the source is never modified."
+        ),
+    )
+    p.add_argument("model", help="a model folder (or demo:<name>, or a cached hub id) with safetensors weights")
+    p.add_argument("out", help="the folder to create")
+    p.add_argument("--fusion", action="append", default=[], metavar="NAME", help="family to apply (repeatable)")
+    p.add_argument(
+        "--layout",
+        choices=("fused", "original"),
+        default="fused",
+        help="fused: keys of the fused modules, fusion_config in config.json (default); original: the model's "
+        "own layout, without fusion_config",
+    )
+    p.add_argument(
+        "--max-shard-size",
+        default=DEFAULT_MAX_SHARD_SIZE,
+        metavar="SIZE",
+        help=f"largest shard, e.g. 5GB or 200MB (default {DEFAULT_MAX_SHARD_SIZE}, as save_pretrained)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it is not empty (once the new one is done)")
+    p.add_argument(
+        "--no-verify-outputs",
+        action="store_true",
+        help="skip loading the export back to compare outputs (for checkpoints too large to load here); "
+        "keys, shapes and dtypes are still checked",
+    )
+    p.add_argument("--copy-as-is", action="store_true", help="export a model with nothing to fuse unchanged")
+    p.add_argument("--json", action="store_true", help="machine-readable result")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ..errors import UsageError
+    from ..export.pipeline import iter_export
+
+    if not args.fusion and not args.copy_as_is:
+        raise UsageError("export: give at least one --fusion NAME (see `fusion-core families`), or --copy-as-is")
+    gen = iter_export(
+        args.model,
+        args.out,
+        {name: True for name in args.fusion},
+        layout=args.layout,
+        max_shard_size=args.max_shard_size,
+        overwrite=args.overwrite,
+        verify_outputs=not args.no_verify_outputs,
+        allow_copy_as_is=args.copy_as_is,
+        trust_remote_code=args.trust_remote_code,
+    )
+    result = run_with_progress(gen, desc="export", quiet=args.json)
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    print(
+        f"exported {result.source} ({result.source_layout} layout) -> {result.out_dir} ({result.layout} layout), "
+        f"{result.tensors} tensors, {result.total_bytes / 1e6:.1f} MB in {result.seconds:.1f}s"
+        + (" (replaced the old folder)" if result.replaced_existing else "")
+    )
+    print(table([(name, f"{size:,}") for name, size in result.files], ["file", "bytes"]))
+    if result.transformed:
+        print(f"transformed: {', '.join(result.transformed)}")
+    for name, reason in result.skipped_files:
+        print(f"not copied: {name}: {reason}")
+    print(f"verified: {result.verification.summary()}")
+    return 0

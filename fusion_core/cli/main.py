@@ -1,0 +1,105 @@
+"""``fusion-core``: the command-line face of the engine.
+
+Human output is plain tables; ``--json`` output is stable (documented in the README).
+Errors: one line on stderr; exit 2 for usage errors, 1 for model/file errors, never a
+traceback unless ``--debug``. Subcommands live in :mod:`fusion_core.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from ..errors import FusionError, UsageError, one_line
+from . import execute, export, inspect
+
+# the command groups, registered explicitly (a wrong name fails at import, never skipped)
+COMMAND_GROUPS = (inspect, execute, export)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, with the subcommands of every group in ``COMMAND_GROUPS``."""
+    parser = _Parser(
+        prog="fusion-core", description="Inspect, check and export fusion mappings of transformers models."
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow model folders whose config asks for custom code (never on by default)",
+    )
+    parser.add_argument(
+        "--family-file",
+        action="append",
+        default=[],
+        metavar="PATH.py",
+        help="load a fusion family from a Python file (repeatable)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for group in COMMAND_GROUPS:
+        group.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``fusion-core`` with ``argv`` and return the exit status.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        0 on success, 2 for a usage error, 1 for a model/file error (one line on stderr),
+        130 when interrupted.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not debug:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    try:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:  # --help / --version printed; argparse errors raise UsageError
+            return int(e.code or 0)
+        for path in args.family_file:
+            from ..families import load_family_file
+
+            load_family_file(path)
+        handler: Callable[[argparse.Namespace], int] = args.func
+        return int(handler(args) or 0)
+    except FusionError as e:
+        if debug:
+            raise
+        print(f"fusion-core: error: {one_line(e)}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("fusion-core: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:
+        if debug:
+            raise
+        print(
+            f"fusion-core: internal error: {type(e).__name__}: {one_line(e)} (run with --debug)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

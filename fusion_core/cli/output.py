@@ -1,0 +1,43 @@
+"""Output helpers shared by the command groups: JSON on stdout, tables, and tqdm progress."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TypeVar
+
+from ..progress import CancelToken, Progress, ProgressGenerator, drive
+from ..text import human_count, printable, table
+
+__all__ = ["human_count", "print_json", "printable", "run_with_progress", "table"]
+
+T = TypeVar("T")
+
+
+def print_json(data: Any) -> None:
+    """Write ``data`` as indented JSON on stdout (the ``--json`` output)."""
+    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
+
+
+def run_with_progress(gen: ProgressGenerator[T], desc: str = "", quiet: bool = False) -> T:
+    """Drive a progress generator with a tqdm bar on a terminal, silently otherwise."""
+    if quiet or not sys.stderr.isatty():
+        return drive(gen)
+    from tqdm import tqdm
+
+    bar = tqdm(total=0, desc=desc, unit="step", leave=False, file=sys.stderr)
+
+    def update(p: Progress) -> None:
+        if p.total and bar.total != p.total:
+            bar.total = p.total
+        bar.n = p.done
+        if p.message:
+            bar.set_postfix_str(p.message[-40:], refresh=False)
+        bar.refresh()
+
+    token = CancelToken()
+    try:
+        return drive(gen, update, token)
+    finally:
+        bar.close()

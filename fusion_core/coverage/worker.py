@@ -1,0 +1,154 @@
+"""The worker side of the coverage scan (see :mod:`fusion_core.coverage.scan`).
+
+Each worker process imports transformers once and then scans many model types: default
+config, model class, meta init, discovery for each family. Weight initialization is
+switched off for the worker's lifetime (on the meta device it computes nothing but
+still costs about half of the init time), output is silenced, and a per-type alarm turns
+a pathological type into a ``timeout`` result instead of a hung scan. Results are plain
+dicts, so they cross process boundaries without pickling classes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+_state: dict[str, Any] = {"heartbeat": None, "hook": None, "stack": None}
+
+
+class TypeTimeout(Exception):
+    """Raised inside a worker when one model type takes longer than its budget."""
+
+
+def init_worker(family_files: Sequence[str] = (), heartbeat: Any = None, hook: str | None = None) -> None:
+    """Prepare a worker process: quiet output, transformers imported, init switched off.
+
+    Args:
+        family_files: Python files defining plugin families loaded in the parent process.
+        heartbeat: a multiprocessing queue receiving ``(pid, model_type, time)`` at the start
+            of each type, so the parent knows what a hung or dead worker was doing.
+        hook: ``"module:function"`` called with each model type before it is scanned
+            (fault injection for tests).
+    """
+    # Model code may print; the parent's stdout can be JSON output.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the worker
+    warnings.simplefilter("ignore")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import torch  # noqa: F401 - imported once per worker, on purpose
+    import transformers  # noqa: F401
+    from transformers.initialization import no_init_weights
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    stack = contextlib.ExitStack()
+    stack.enter_context(no_init_weights())
+    _state["stack"] = stack
+    _state["heartbeat"] = heartbeat
+    if family_files:
+        from ..families import load_family_file  # type: ignore[attr-defined]
+
+        for path in family_files:
+            load_family_file(path)
+    if hook:
+        mod_name, _, func = hook.partition(":")
+        _state["hook"] = getattr(importlib.import_module(mod_name), func)
+
+
+def scan_types(model_types: Sequence[str], family_names: Sequence[str], timeout: float) -> list[dict[str, Any]]:
+    """Scan ``model_types`` one after the other (the task a worker runs)."""
+    out = []
+    for model_type in model_types:
+        queue = _state["heartbeat"]
+        if queue is not None:
+            queue.put((os.getpid(), model_type, time.time()))
+        out.append(scan_type(model_type, family_names, timeout))
+    return out
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise TypeTimeout()
+
+
+def scan_type(model_type: str, family_names: Sequence[str], timeout: float) -> dict[str, Any]:
+    """Default config -> model class -> meta init -> discovery, as a plain dict.
+
+    Never raises for a model's own failure: the result says at which stage it failed
+    (``config``, ``class``, ``init``, ``discovery`` or ``timeout``) and why.
+    """
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {"model_type": model_type, "status": "ok", "model_class": "", "class_source": ""}
+    use_alarm = timeout > 0 and hasattr(signal, "setitimer")
+    if use_alarm:
+        previous = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    stage = "config"
+    try:
+        if _state["hook"] is not None:
+            _state["hook"](model_type)
+        from transformers import CONFIG_MAPPING
+
+        from ..model.classes import resolve_model_class
+
+        config = CONFIG_MAPPING[model_type]()
+        stage = "class"
+        cls, source = resolve_model_class(config)
+        result["model_class"], result["class_source"] = cls.__name__, source
+        stage = "init"
+        import torch
+
+        with torch.device("meta"):
+            model = cls(config)
+        stage = "discovery"
+        named = list(model.named_modules())
+        result["modules"] = len(named)
+        result["families"] = {name: _discover(model, named, config, name) for name in family_names}
+    except TypeTimeout:
+        result.update(_failure("timeout", "TimeoutError", f"took longer than {timeout:g} s ({stage} stage)"))
+    except BaseException as e:  # a model's own failure of any kind is a result, not a crash
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        result.update(_failure(stage, type(e).__name__, str(e)))
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    result["seconds"] = round(time.perf_counter() - t0, 4)
+    return result
+
+
+def _failure(stage: str, error_type: str, message: str) -> dict[str, Any]:
+    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
+    return {"status": "failed", "stage": stage, "error_type": error_type, "error": first[:300]}
+
+
+def _discover(model: Any, named: list[tuple[str, Any]], config: Any, family: str) -> dict[str, Any]:
+    from ..families import get_family
+    from ..plan.discovery import discover
+
+    found = discover(model, get_family(family), config=config, named_modules=named, with_transforms=False)
+    # grouped per class (and reason): a 80-layer model gives one entry, not 80
+    matches: dict[str, dict[str, Any]] = {}
+    for m in found.matches:
+        key = f"{m.original_class.__module__}.{m.original_class.__qualname__}"
+        entry = matches.setdefault(
+            key, {"class": m.original_class.__name__, "fused_class": m.fused_class.__name__, "modules": []}
+        )
+        entry["modules"].append(m.path)
+    rejected: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in found.rejected:
+        entry = rejected.setdefault(
+            (r.class_name, r.reason), {"class": r.class_name, "reason": r.reason, "modules": []}
+        )
+        entry["modules"].append(r.path)
+    return {"matches": list(matches.values()), "rejected": list(rejected.values())}

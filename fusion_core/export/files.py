@@ -1,0 +1,270 @@
+"""The file-system side of export: destination checks, a temporary sibling, the final swap.
+
+An export never writes where it would hurt: not into the source folder (or anything that
+resolves to it), not through a symlinked destination, not over a non-empty folder unless
+asked, and never in place: everything goes to a temporary sibling folder that is renamed
+into place once complete and verified. The other files of the source folder are copied,
+but a link that resolves outside the source folder is not followed.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ExportError
+from ..model.checkpoint import allowed_roots
+
+CONFIG_FILE = "config.json"
+# Weights in another format would describe the source layout, not the exported one.
+WEIGHT_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".h5",
+    ".msgpack",
+    ".gguf",
+    ".onnx",
+    ".pkl",
+    ".pickle",
+    ".npz",
+)
+
+
+@dataclass
+class Destination:
+    """A checked destination: where the output goes and whether it replaces a folder."""
+
+    path: Path
+    replaces: bool  # an existing non-empty folder will be replaced (overwrite)
+    exists: bool
+
+
+def check_destination(source_folder: Path, out_dir: str | os.PathLike[str], *, overwrite: bool) -> Destination:
+    """Refuse destinations that would touch the source, follow a link, or lose data.
+
+    Args:
+        source_folder: the model folder being exported.
+        out_dir: what the user named.
+        overwrite: allow replacing a non-empty folder.
+
+    Returns:
+        The checked destination (its parent exists afterwards).
+
+    Raises:
+        ExportError: naming the path and what to do.
+    """
+    out = Path(os.path.abspath(os.path.expanduser(os.fspath(out_dir))))
+    if out.is_symlink():
+        raise ExportError(
+            f"{out}: is a symbolic link (to {os.readlink(out)}); an export never follows a link out of the "
+            "folder you named. Give the real folder instead"
+        )
+    if out.parent == out:
+        raise ExportError(f"{out}: is the root of the file system; choose a folder to create")
+    src = Path(source_folder).resolve()
+    real = out.resolve()
+    if real == src or src in real.parents:
+        raise ExportError(f"{out}: is inside the source model folder {src}; choose a folder outside it")
+    if real in src.parents:
+        raise ExportError(f"{out}: contains the source model folder {src}; choose a folder outside it")
+    parent = out.parent
+    if parent.exists() and not parent.is_dir():
+        raise ExportError(f"{out}: cannot be created: {parent} is a file, not a folder")
+    if not parent.exists():
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ExportError(f"{out}: cannot create its parent folder {parent} ({e.strerror or e})") from None
+    exists = out.exists()
+    if exists and not out.is_dir():
+        raise ExportError(f"{out}: exists and is not a folder; choose another destination")
+    replaces = False
+    if exists:
+        try:
+            with os.scandir(out) as entries:
+                nonempty = next(entries, None) is not None
+        except OSError as e:
+            raise ExportError(f"{out}: cannot be read ({e.strerror or e})") from None
+        if nonempty and not overwrite:
+            raise ExportError(
+                f"{out}: is not empty; pass --overwrite to replace it (the old folder is kept until the new "
+                "one is complete and verified)"
+            )
+        replaces = nonempty
+    return Destination(out, replaces, exists)
+
+
+def make_temp_sibling(dest: Path) -> Path:
+    """Create an empty, hidden sibling folder of ``dest`` (same file system: rename works).
+
+    Raises:
+        ExportError: the parent folder is not writable.
+    """
+    for _ in range(100):
+        tmp = dest.parent / f".{dest.name}.export-{secrets.token_hex(4)}"
+        try:
+            tmp.mkdir(mode=0o777)  # honours the umask, unlike mkdtemp's 0700
+            return tmp
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise ExportError(f"{dest}: cannot write into {dest.parent} ({e.strerror or e})") from None
+    raise ExportError(f"{dest}: cannot create a temporary folder in {dest.parent}")
+
+
+def move_into_place(tmp: Path, dest: Destination) -> None:
+    """Rename the finished ``tmp`` folder to the destination; the old folder goes last.
+
+    Raises:
+        ExportError: the rename failed; ``dest`` is as it was.
+    """
+    path = dest.path
+    sync_folder(tmp)
+    if not dest.replaces:
+        try:
+            if dest.exists:
+                os.rmdir(path)  # an empty folder (POSIX rename would replace it; Windows would not)
+            os.rename(tmp, path)
+        except OSError as e:
+            raise ExportError(f"{path}: cannot move the export into place ({e.strerror or e})") from None
+        sync_folder(path.parent)
+        return
+    old = path.parent / f".{path.name}.old-{secrets.token_hex(4)}"
+    try:
+        os.rename(path, old)
+    except OSError as e:
+        raise ExportError(f"{path}: cannot move the old folder aside ({e.strerror or e})") from None
+    try:
+        os.rename(tmp, path)
+    except OSError as e:
+        os.rename(old, path)
+        raise ExportError(f"{path}: cannot move the export into place ({e.strerror or e}); kept the old one") from None
+    sync_folder(path.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def sync_folder(folder: Path) -> None:
+    """fsync a folder so that renames and new entries survive a crash (best effort)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_tree(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+@dataclass
+class OtherFiles:
+    copied: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
+    bytes: int = 0
+
+
+def plan_other_files(
+    source_folder: Path, checkpoint_files: set[str]
+) -> tuple[list[tuple[str, Path]], list[tuple[str, str]]]:
+    """Which top-level files of the source to copy (name, real path), and which not and why.
+
+    ``checkpoint_files`` (the shards and index being converted) are left out silently.
+    """
+    roots = allowed_roots(source_folder)
+    copy: list[tuple[str, Path]] = []
+    skipped: list[tuple[str, str]] = []
+    with os.scandir(source_folder) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        name = entry.name
+        if name == CONFIG_FILE or name in checkpoint_files:
+            continue  # rewritten for the exported layout
+        if name.endswith(WEIGHT_SUFFIXES) or name.endswith(".index.json"):
+            skipped.append((name, "other weights (another format or variant); not converted, not copied"))
+            continue
+        if name.startswith("."):
+            skipped.append((name, "hidden entry"))
+            continue
+        path = Path(entry.path)
+        if entry.is_symlink():
+            try:
+                target = path.resolve(strict=True)
+            except (OSError, RuntimeError):
+                skipped.append((name, "a broken link"))
+                continue
+            if not _inside(target, roots):
+                skipped.append((name, f"a link resolving outside the model folder ({target}); not followed"))
+                continue
+        else:
+            target = path
+        if target.is_dir():
+            skipped.append((name, "a folder (only top-level files are copied)"))
+            continue
+        if not target.is_file():
+            skipped.append((name, "not a regular file"))
+            continue
+        copy.append((name, target))
+    return copy, skipped
+
+
+def copy_other_files(files: list[tuple[str, Path]], dest_folder: Path) -> list[int]:
+    """Copy each (name, real path) into ``dest_folder``; return the sizes copied.
+
+    Raises:
+        OSError: from the file system (the caller turns it into a message).
+    """
+    sizes = []
+    for name, target in files:
+        out = dest_folder / name
+        if out.exists():
+            raise ExportError(f"{out}: would be written twice; the source folder has a conflicting file")
+        shutil.copyfile(target, out, follow_symlinks=False)
+        sizes.append(out.stat().st_size)
+    return sizes
+
+
+def export_config(config: dict[str, Any], *, fusion_config: dict[str, Any] | None) -> str:
+    """``config.json`` text for the export, formatted as transformers writes it.
+
+    With ``fusion_config`` it is recorded (both our loader and transformers' own
+    ``from_pretrained`` re-apply the fusion); with ``None`` it is removed, so that a plain
+    load of an original-layout export is a plain, unfused model.
+    """
+    data = dict(config)
+    if fusion_config is None:
+        data.pop("fusion_config", None)
+    else:
+        data["fusion_config"] = fusion_config
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def describe_os_error(e: OSError, dest: Path, total_bytes: int) -> ExportError:
+    """One clear message for a file-system failure during an export."""
+    where = e.filename or dest
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        need = f"{total_bytes / 1e9:.2f} GB" if total_bytes >= 10**8 else f"{total_bytes / 1e6:.1f} MB"
+        return ExportError(
+            f"{where}: no space left on the device while exporting (needs about {need}); "
+            f"nothing was written to {dest}. Free some space or choose another destination"
+        )
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return ExportError(f"{where}: not writable ({e.strerror}); nothing was written to {dest}")
+    return ExportError(f"{where}: {e.strerror or e}; nothing was written to {dest}")

@@ -1,0 +1,400 @@
+"""Export a checkpoint in the fused layout, or back to the original layout, verified.
+
+The export streams: every output tensor is either a raw byte range of a source shard
+(most of them) or the result of one key transform applied to the few source tensors it
+needs, read one group at a time. The model is never instantiated with its weights, so
+peak memory is bounded by the largest transformed group, not the checkpoint.
+
+It is atomic: the output is written into a temporary sibling of the destination,
+verified there (every key, shape and dtype against the plan; each transform inverted
+bitwise; optionally the model loaded back and its outputs compared with the source's),
+and only then renamed into place. A failure or a cancel leaves no partial output, and
+the source folder is only ever read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CheckpointError, ExportError, UsageError
+from ..model.checkpoint import INDEX_FILE, CheckpointIndex, open_shard
+from ..plan.layout import check_layout, check_shapes
+from ..progress import CancelToken, Progress, ProgressCallback, drive
+from . import files as fs
+from .writer import DEFAULT_MAX_SHARD_SIZE, OutTensor, iter_write, parse_size, plan_shards, write_text
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..model.sources import ModelSource
+    from ..plan.fusion_plan import CheckpointTransform, FusionConfig, FusionPlan, Inspection
+
+LAYOUTS = ("fused", "original")
+
+
+@dataclass
+class ExportVerification:
+    """What was checked after writing, before the output was moved into place."""
+
+    tensors_checked: int = 0
+    files_checked: int = 0
+    transforms_inverted: int = 0  # transformed groups converted back and compared bitwise
+    outputs_checked: bool = False
+    outputs: dict[str, Any] | None = None  # the output comparison, when run
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [f"{self.tensors_checked} tensors in {self.files_checked} file(s) match the plan"]
+        if self.transforms_inverted:
+            parts.append(f"{self.transforms_inverted} transform(s) invert bitwise")
+        if self.outputs_checked and self.outputs:
+            parts.append(self.outputs.get("summary", "outputs match"))
+        else:
+            parts.append("outputs not checked")
+        return "; ".join(parts)
+
+
+@dataclass
+class ExportResult:
+    """What an export wrote and how it was verified."""
+
+    source: str
+    out_dir: Path
+    layout: str
+    source_layout: str
+    fusion_config: dict[str, Any]
+    files: list[tuple[str, int]]  # (name, bytes), in the output folder
+    tensors: int
+    transformed: list[str]  # output keys produced by a transform
+    copied_files: list[str]
+    skipped_files: list[tuple[str, str]]
+    verification: ExportVerification
+    replaced_existing: bool
+    seconds: float
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "out_dir": str(self.out_dir),
+            "layout": self.layout,
+            "source_layout": self.source_layout,
+            "fusion_config": self.fusion_config,
+            "files": [{"name": n, "bytes": b} for n, b in self.files],
+            "total_bytes": self.total_bytes,
+            "tensors": self.tensors,
+            "transformed": self.transformed,
+            "copied_files": self.copied_files,
+            "skipped_files": [{"name": n, "reason": r} for n, r in self.skipped_files],
+            "verification": {**asdict(self.verification), "summary": self.verification.summary()},
+            "replaced_existing": self.replaced_existing,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class _Group:
+    """One transform applied in the export's direction: read ``inputs``, write ``outputs``."""
+
+    ct: CheckpointTransform
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    fn: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]
+    back: Callable[[Sequence[torch.Tensor]], list[torch.Tensor]]
+
+
+class _Producer:
+    """Computes transformed tensors on demand, one group at a time, keeping no more."""
+
+    def __init__(self, ckpt: CheckpointIndex, groups: list[_Group]) -> None:
+        self.ckpt = ckpt
+        self.group_of = {key: g for g in groups for key in g.outputs}
+        self.pending: dict[int, dict[str, torch.Tensor]] = {}
+
+    def read(self, key: str) -> torch.Tensor:
+        info = self.ckpt.tensors[key]
+        with open_shard(self.ckpt.folder, info.file) as f:
+            return f.get_tensor(key)
+
+    def __call__(self, t: OutTensor) -> torch.Tensor:
+        group = self.group_of[t.key]
+        results = self.pending.get(id(group))
+        if results is None:
+            inputs = [self.read(k) for k in group.inputs]
+            try:
+                outs = group.fn(inputs)
+            except ValueError as e:
+                raise CheckpointError(f"{self.ckpt.folder}: {group.ct.family}: {e}") from None
+            results = self.pending[id(group)] = dict(zip(group.outputs, outs))
+        tensor = results.pop(t.key)
+        if not results:
+            del self.pending[id(group)]
+        return tensor
+
+
+def iter_export(
+    source: str | os.PathLike[str] | ModelSource | Inspection,
+    out_dir: str | os.PathLike[str],
+    fusion_config: FusionConfig | None,
+    *,
+    layout: str = "fused",
+    max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
+    overwrite: bool = False,
+    verify_outputs: bool = True,
+    allow_copy_as_is: bool = False,
+    trust_remote_code: bool = False,
+    sync: bool = True,
+) -> Generator[Progress, None, ExportResult]:
+    """Export ``source``'s checkpoint to ``out_dir`` in ``layout``, streaming and verified.
+
+    Args:
+        source: a model folder (or any spec :func:`fusion_core.resolve` takes that has
+            weights), a resolved source, or an inspection.
+        out_dir: the folder to create (or replace, with ``overwrite``).
+        fusion_config: the fusions, e.g. ``{"patch_embeddings": True}``.
+        layout: ``"fused"`` (keys of the fused modules, ``fusion_config`` in config.json)
+            or ``"original"`` (the model's own layout, no ``fusion_config``). The source
+            may hold either; :attr:`FusionPlan.layout` tells which.
+        max_shard_size: as ``save_pretrained``'s (default ``"50GB"``).
+        overwrite: replace a non-empty ``out_dir`` (only once the new one is complete).
+        verify_outputs: load the export back and compare its outputs with the source
+            model's; turn off for a checkpoint too large to load here.
+        allow_copy_as_is: export a model with nothing to fuse unchanged.
+        trust_remote_code: passed to :func:`fusion_core.resolve`.
+        sync: fsync the written files before the final rename.
+
+    Yields:
+        Progress (bytes of tensor data written, then the verification steps).
+
+    Returns:
+        An :class:`ExportResult`.
+
+    Raises:
+        UsageError: a bad ``layout`` or ``max_shard_size``, or an unknown family.
+        ModelSourceError, CheckpointError: the source cannot be read.
+        LoadError: the checkpoint is in neither layout (or both), or its shapes do not
+            match its config.
+        ExportError: nothing to fuse, a refused destination, a full disk, a failed
+            verification. Nothing is left at ``out_dir`` (an old folder stays as it was).
+    """
+    t0 = time.perf_counter()
+    if layout not in LAYOUTS:
+        raise UsageError(f"unknown layout {layout!r}; use 'fused' or 'original'")
+    parse_size(max_shard_size)
+    yield Progress(0, 0, "planning")
+    insp = _inspection(source, trust_remote_code)
+    src = insp.source
+    ckpt = src.checkpoint
+    if ckpt is None or src.folder is None:
+        raise ExportError(f"{src.name}: has no weights to export (give a model folder with safetensors weights)")
+    plan = insp.plan(fusion_config)
+    if plan.is_empty and not allow_copy_as_is:
+        why = "; ".join(plan.messages) or "no module matches the enabled fusions"
+        raise ExportError(f"{src.name}: nothing to fuse ({why}); pass --copy-as-is to export it unchanged")
+    check_layout(plan, src)
+    check_shapes(insp, plan)
+    groups = _groups(plan, layout, src.folder)
+    outputs = _out_tensors(ckpt, groups)
+    wplan = plan_shards(outputs, max_shard_size, total_parameters=_source_parameters(ckpt))
+    config = _read_config(src.folder)
+    if plan.is_empty:  # copied as is: config.json too, unless the original layout was asked for
+        recorded = config.get("fusion_config") if layout == "fused" else None
+    else:
+        recorded = plan.fusion_config if layout == "fused" else None
+    config_text = fs.export_config(config, fusion_config=recorded)
+    others, skipped = fs.plan_other_files(src.folder, set(ckpt.files) | {ckpt.index_file or ""})
+
+    dest = fs.check_destination(src.folder, out_dir, overwrite=overwrite)
+    tmp = fs.make_temp_sibling(dest.path)
+    finished = False
+    total = wplan.total_size
+    try:
+        try:
+            producer = _Producer(ckpt, groups)
+            yield from iter_write(wplan, tmp, src.folder, producer, sync=sync, total=total)
+            write_text(tmp / fs.CONFIG_FILE, config_text, sync=sync)
+            yield Progress(total, total, "copying other files")
+            fs.copy_other_files(others, tmp)
+        except OSError as e:
+            raise fs.describe_os_error(e, dest.path, total) from None
+        yield Progress(total, total, "verifying headers")
+        verification = _verify_written(tmp, wplan, ckpt, groups)
+        if verify_outputs:
+            yield Progress(total, total, "verifying outputs (loading the export back)")
+            from .verify import compare_outputs
+
+            verification.outputs = compare_outputs(src, tmp, plan, layout)
+            verification.outputs_checked = True
+        files = sorted((p.name, p.stat().st_size) for p in tmp.iterdir())
+        yield Progress(total, total, "moving into place")
+        fs.move_into_place(tmp, dest)
+        finished = True
+    finally:
+        if not finished:
+            fs.remove_tree(tmp)
+    return ExportResult(
+        source=src.name,
+        out_dir=dest.path,
+        layout=layout,
+        source_layout=plan.layout,
+        fusion_config=plan.fusion_config,
+        files=files,
+        tensors=len(outputs),
+        transformed=[k for g in groups for k in g.outputs],
+        copied_files=[name for name, _ in others],
+        skipped_files=skipped,
+        verification=verification,
+        replaced_existing=dest.replaces,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def export(
+    source: str | os.PathLike[str] | ModelSource | Inspection,
+    out_dir: str | os.PathLike[str],
+    fusion_config: FusionConfig | None,
+    *,
+    progress: ProgressCallback | None = None,
+    cancel: CancelToken | None = None,
+    **options: Any,
+) -> ExportResult:
+    """Run :func:`iter_export` to completion (same arguments, plus progress and cancel).
+
+    Raises:
+        Cancelled: ``cancel`` was set; nothing was left at ``out_dir``.
+        The errors of :func:`iter_export`.
+    """
+    return drive(iter_export(source, out_dir, fusion_config, **options), progress, cancel)
+
+
+def _inspection(source: Any, trust_remote_code: bool) -> Inspection:
+    from ..plan.fusion_plan import Inspection, inspect_model
+
+    if isinstance(source, Inspection):
+        return source
+    if isinstance(source, os.PathLike):
+        source = os.fspath(source)
+    return inspect_model(source, trust_remote_code=trust_remote_code)
+
+
+def _groups(plan: FusionPlan, layout: str, folder: Path) -> list[_Group]:
+    """The transforms to apply, on the checkpoint's key names, in the export's direction."""
+    groups = []
+    for ct in plan.checkpoint_transforms:
+        t = ct.transform
+        try:
+            if ct.present == "original":
+                t.forward_shapes(ct.source_shapes)
+            else:
+                t.inverse_shapes(ct.target_shapes)
+        except ValueError as e:
+            raise CheckpointError(
+                f"{folder}: {e} (tensor shapes do not match the config; is it the checkpoint of this model?)"
+            ) from None
+        if ct.present == layout:
+            continue  # already in the requested layout: copied as is
+        if layout == "fused":
+            groups.append(_Group(ct, ct.source_keys, ct.target_keys, t.forward, t.inverse))
+        else:
+            groups.append(_Group(ct, ct.target_keys, ct.source_keys, t.inverse, t.forward))
+    return groups
+
+
+def _out_tensors(ckpt: CheckpointIndex, groups: list[_Group]) -> list[OutTensor]:
+    """Every output tensor, in the source's physical order (a group where its first input was)."""
+    file_rank = {name: i for i, name in enumerate(ckpt.files)}
+    order = sorted(ckpt.tensors.values(), key=lambda i: (file_rank.get(i.file, 0), i.start, i.key))
+    inputs = {key: g for g in groups for key in g.inputs}
+    out: list[OutTensor] = []
+    placed: set[int] = set()
+    for info in order:
+        g = inputs.get(info.key)
+        if g is None:
+            out.append(OutTensor(info.key, info.dtype, info.shape, raw=info))
+            continue
+        if id(g) in placed:
+            continue
+        placed.add(id(g))
+        shapes = g.ct.target_shapes if g.outputs == g.ct.target_keys else g.ct.source_shapes
+        for key, shape in zip(g.outputs, shapes):
+            out.append(OutTensor(key, info.dtype, tuple(shape)))
+    return out
+
+
+def _source_parameters(ckpt: CheckpointIndex) -> int | None:
+    """The source index's ``total_parameters`` (transforms keep it), when it has one."""
+    if not ckpt.index_file:
+        return None
+    import json
+
+    try:
+        meta = json.loads((ckpt.folder / ckpt.index_file).read_text(encoding="utf-8")).get("metadata") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    value = meta.get("total_parameters") if isinstance(meta, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    from ..model.sources import read_config_dict
+
+    return read_config_dict(folder / fs.CONFIG_FILE)
+
+
+def _verify_written(folder: Path, wplan: Any, ckpt: CheckpointIndex, groups: list[_Group]) -> ExportVerification:
+    """Re-open what was written: every key, shape, dtype and offset as planned; transforms invert."""
+    from ..model.checkpoint import read_index
+
+    try:
+        written = read_index(folder)
+    except CheckpointError as e:
+        raise ExportError(f"verification failed, the export is unreadable: {e}") from None
+    if written is None:
+        raise ExportError(f"verification failed: {folder} holds no weights after writing")
+    expected = wplan.tensors
+    problems = sorted(set(expected) ^ set(written.tensors))
+    for key, (file, t) in expected.items():
+        got = written.tensors.get(key)
+        if got is None:
+            continue
+        if (got.file, got.dtype, got.shape, got.nbytes) != (file, t.dtype, tuple(t.shape), t.nbytes):
+            problems.append(f"{key}: {got.file} {got.dtype} {list(got.shape)}, planned {file} {t.dtype} {t.shape}")
+    if problems:
+        raise ExportError(f"verification failed: written tensors differ from the plan: {'; '.join(problems[:5])}")
+    inverted = _check_inverses(written, ckpt, groups)
+    return ExportVerification(
+        tensors_checked=len(written.tensors),
+        files_checked=len(written.files) + (1 if written.index_file == INDEX_FILE else 0),
+        transforms_inverted=inverted,
+    )
+
+
+def _check_inverses(written: CheckpointIndex, ckpt: CheckpointIndex, groups: list[_Group]) -> int:
+    """Convert each written group back and compare it bitwise with the source tensors."""
+    import torch
+
+    reader = _Producer(written, [])
+    source = _Producer(ckpt, [])
+    for g in groups:
+        back = g.back([reader.read(k) for k in g.outputs])
+        for key, tensor in zip(g.inputs, back):
+            original = source.read(key)
+            same = tensor.shape == original.shape and tensor.dtype == original.dtype
+            if not same or not torch.equal(_bits(tensor), _bits(original)):
+                raise ExportError(f"verification failed: {key} does not convert back bitwise from the export")
+    return len(groups)
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes (so that NaNs and -0.0 compare exactly)."""
+    import torch
+
+    return tensor.contiguous().reshape(-1).view(torch.uint8)

@@ -1,0 +1,197 @@
+"""Built-in demo checkpoints: tiny real models with seeded random weights.
+
+Generated on first use into the user cache folder (``platformdirs``; override with the
+``FUSION_INSPECTOR_CACHE`` environment variable), deterministic, in well under a second.
+A folder is written to a temporary sibling and renamed into place, so an interrupted
+generation never leaves a half-written demo.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelSourceError
+
+DEMO_VERSION = 1
+SEED = 0
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Demo:
+    """A built-in checkpoint: ``build()`` returns (config, model class); weights are seeded."""
+
+    name: str
+    description: str
+    build: Callable[[], Any]  # -> (config, model class)
+
+
+def _qwen2_vl() -> Any:
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    config = Qwen2VLConfig(
+        text_config={
+            "vocab_size": 512,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 512,
+            "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+        },
+        vision_config={
+            "depth": 2,
+            "embed_dim": 32,
+            "hidden_size": 64,
+            "num_heads": 4,
+            "mlp_ratio": 2,
+            "patch_size": 14,
+            "temporal_patch_size": 2,
+            "in_channels": 3,
+            "spatial_merge_size": 2,
+        },
+        image_token_id=500,
+        video_token_id=501,
+        vision_start_token_id=502,
+        vision_end_token_id=503,
+    )
+    return config, Qwen2VLForConditionalGeneration
+
+
+def _llama() -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
+    return config, LlamaForCausalLM
+
+
+def _vit() -> Any:
+    # a SigLIP vision tower: a plain ViT (Conv2d patch embedding with padding="valid", q/k/v
+    # attention, no classification head), whose checkpoint keys are the module names
+    from transformers import SiglipVisionConfig, SiglipVisionModel
+
+    config = SiglipVisionConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_channels=3,
+        image_size=32,
+        patch_size=8,
+    )
+    return config, SiglipVisionModel
+
+
+DEMOS: dict[str, Demo] = {
+    "qwen2-vl": Demo("qwen2-vl", "tiny Qwen2-VL (vision tower with a Conv3d patch embedding)", _qwen2_vl),
+    "llama": Demo("llama", "tiny Llama decoder LM (no patch embedding)", _llama),
+    "vit": Demo("vit", "tiny ViT-style vision encoder (SigLIP vision tower: Conv2d patch embedding)", _vit),
+}
+DEFAULT_DEMO = "qwen2-vl"
+
+
+def register_demo(demo: Demo) -> None:
+    """Add a demo (used by families that bring their own example model).
+
+    Raises:
+        ValueError: another demo already has that name.
+    """
+    old = DEMOS.get(demo.name)
+    if old is not None and old is not demo:
+        raise ValueError(f"a demo named {demo.name!r} is already registered")
+    DEMOS[demo.name] = demo
+
+
+def cache_root() -> Path:
+    """The user cache folder (``FUSION_INSPECTOR_CACHE`` overrides the platform default)."""
+    env = os.environ.get("FUSION_INSPECTOR_CACHE")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("fusion-inspector", appauthor=False))
+
+
+def demo_path(name: str) -> Path:
+    """The folder of demo ``name``, generated on first use.
+
+    Args:
+        name: a key of :data:`DEMOS` (empty: the default demo).
+
+    Returns:
+        The checkpoint folder (``config.json`` and ``model.safetensors``).
+
+    Raises:
+        ModelSourceError: unknown demo name (the message lists the demos), or the cache
+            folder cannot be written.
+    """
+    name = name or DEFAULT_DEMO
+    demo = DEMOS.get(name)
+    if demo is None:
+        raise ModelSourceError(f"unknown demo {name!r}; demos: {', '.join(sorted(DEMOS))}")
+    import transformers
+
+    folder = cache_root() / "demos" / f"{name}-v{DEMO_VERSION}-tf{transformers.__version__}"
+    if (folder / "config.json").is_file():
+        return folder
+    with _lock:
+        if not (folder / "config.json").is_file():
+            try:
+                _generate(demo, folder)
+            except OSError as e:
+                raise ModelSourceError(
+                    f"demo {name!r}: cannot write {folder.parent} ({e.strerror or e}); "
+                    "set FUSION_INSPECTOR_CACHE to a writable folder"
+                ) from e
+    return folder
+
+
+def _generate(demo: Demo, folder: Path) -> None:
+    import torch
+
+    from ..patching import patch_lock
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    config, cls = demo.build()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        # under the patching lock: a fused load in another thread must not leak into the demo
+        with patch_lock():
+            state = torch.random.get_rng_state()
+            torch.manual_seed(SEED)
+            try:
+                model = cls(config)
+            finally:
+                torch.random.set_rng_state(state)
+        model.save_pretrained(tmp)
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not (folder / "config.json").is_file():  # lost a race to another process
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

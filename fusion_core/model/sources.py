@@ -1,0 +1,358 @@
+"""Model sources: what a user names -> config, model class and checkpoint index.
+
+Accepted specs:
+
+* a local folder with ``config.json`` (weights optional), or a path to a ``config.json``;
+* ``arch:<model_type>``: any architecture transformers knows, default config, no weights;
+* ``demo:<name>``: a built-in tiny checkpoint (see :mod:`fusion_core.model.demo`);
+* a hub id ``org/name``: read from the local Hugging Face cache (``config.json`` is
+  downloaded when online and not cached).
+
+A model folder is data, never code:
+
+* a config with ``auto_map`` (custom modeling code shipped with the model) is refused
+  unless ``trust_remote_code=True``; even then the folder's code is never imported: the
+  model is built from the class transformers ships for its ``model_type``, and the
+  source's ``notes`` say so;
+* an ``attn_implementation``/``experts_implementation`` in the config that could pull
+  kernels from the hub is dropped (the default is used);
+* pickle checkpoints (``.bin``, ``.pt``, ``.pth``, ``.ckpt``) are never unpickled;
+* ``config.json`` is read bounded in size and depth, and a config whose layer
+  counts would make a model of more than ``MAX_MODULES`` modules is refused before any
+  config object or model is built (:func:`check_model_size`); :func:`module_budget`
+  stops a build that grows past the limit anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, ModelSourceError, RemoteCodeError, UnsafeModelError
+from .checkpoint import CheckpointIndex, read_index, read_regular_file
+from .classes import model_class_for, resolve_model_class
+from .safety import (
+    MAX_CONFIG_DEPTH,
+    MAX_LAYERS,
+    MAX_MODULES,
+    check_model_size,
+    estimate_modules,
+    module_budget,
+    remote_code_files,
+    without_remote_code,
+)
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+__all__ = [
+    "MAX_LAYERS",
+    "MAX_MODULES",
+    "ModelSource",
+    "cached_hub_models",
+    "check_model_size",
+    "config_from_dict",
+    "estimate_modules",
+    "known_model_types",
+    "model_class_for",
+    "module_budget",
+    "read_config_dict",
+    "remote_code_files",
+    "resolve",
+]
+
+CONFIG_FILE = "config.json"
+MAX_CONFIG_BYTES = 8 * 1024 * 1024
+# weight files in pickle formats: unpickling runs code, so they are never read
+PICKLE_WEIGHTS = ("pytorch_model*.bin", "pytorch_model.bin.index.json", "model*.bin", "*.pt", "*.pth", "*.ckpt")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass
+class ModelSource:
+    """A resolved model: its config, the class to build, and its checkpoint (if any)."""
+
+    spec: str
+    kind: str  # "folder" | "arch" | "demo" | "hub"
+    name: str
+    config: PretrainedConfig
+    model_class: type
+    folder: Path | None = None
+    checkpoint: CheckpointIndex | None = None
+    trust_remote_code: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_weights(self) -> bool:
+        return self.checkpoint is not None
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A digest of the config and class: the cache key for discovery."""
+        text = self.config.to_json_string(use_diff=False)
+        return hashlib.sha1(f"{self.model_class.__qualname__}\n{text}".encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        weights = (
+            f"{len(self.checkpoint.tensors)} tensors in {len(self.checkpoint.files)} file(s)"
+            if self.checkpoint
+            else "no weights (config only)"
+        )
+        return f"{self.name} [{self.model_class.__name__}, {weights}]"
+
+
+def resolve(spec: str, *, trust_remote_code: bool = False, model_class: str | None = None) -> ModelSource:
+    """Resolve a model spec (see module docstring) into a :class:`ModelSource`.
+
+    Args:
+        spec: what the user named.
+        trust_remote_code: allow configs that point at custom code in the folder. Even then
+            we only build classes transformers itself ships.
+        model_class: override the class (a transformers class name).
+
+    Raises:
+        ModelSourceError: the spec cannot be resolved; the message says why.
+    """
+    spec = str(spec).strip()
+    if not spec:
+        raise ModelSourceError("empty model name: give a folder, config.json, arch:<type>, demo:<name> or org/name")
+    if spec.startswith("arch:"):
+        return _from_arch(spec, spec[len("arch:") :].strip(), model_class)
+    if spec.startswith("demo:"):
+        from .demo import demo_path
+
+        folder = demo_path(spec[len("demo:") :].strip())
+        source = _from_folder(spec, folder, trust_remote_code, model_class)
+        source.kind = "demo"
+        source.name = spec
+        return source
+    try:
+        path = Path(spec).expanduser()
+        exists = path.exists()
+    except (OSError, ValueError, RuntimeError):  # NUL bytes, unknown ~user, names too long
+        exists = False
+        path = Path()
+    if exists:
+        if not path.is_dir():  # a file, or a pipe/device that reading will refuse
+            if path.suffix != ".json":
+                raise ModelSourceError(f"{path}: not a config.json or a model folder")
+            return _from_config_file(spec, path, trust_remote_code, model_class)
+        return _from_folder(spec, path, trust_remote_code, model_class)
+    if _HUB_ID.match(spec) and not spec.startswith((".", "/", "~")):
+        return _from_hub(spec, trust_remote_code, model_class)
+    raise ModelSourceError(
+        f"{spec}: no such folder or file (give a model folder, a config.json, arch:<model_type>, "
+        "demo:<name> or a hub id org/name)"
+    )
+
+
+def read_config_dict(path: Path) -> dict[str, Any]:
+    """Read ``config.json`` as data, bounded in size and depth.
+
+    Args:
+        path: the config file (a regular file; pipes and devices are refused).
+
+    Returns:
+        The JSON object.
+
+    Raises:
+        ConfigError: unreadable, too large, not JSON, not an object, or too deeply nested.
+    """
+    raw = read_regular_file(path, MAX_CONFIG_BYTES, ConfigError)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except ValueError as e:  # e.g. an integer with more digits than Python converts
+        raise ConfigError(f"{path}: not a usable JSON document ({str(e)[:120]})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels)") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: must hold a JSON object, found {type(data).__name__}")
+    if _depth(data) > MAX_CONFIG_DEPTH:
+        raise ConfigError(f"{path}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels)")
+    return data
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if level > MAX_CONFIG_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    return level
+
+
+def config_from_dict(
+    data: dict[str, Any], where: str, *, trust_remote_code: bool = False, notes: list[str] | None = None
+) -> PretrainedConfig:
+    """Build the transformers config for ``data`` without running any code from the folder.
+
+    Args:
+        data: the parsed ``config.json``.
+        where: the file or spec, for messages.
+        trust_remote_code: open a config with ``auto_map`` anyway. Its code is still not
+            run: the config and model are the classes transformers ships for ``model_type``.
+        notes: a list to append what was ignored to (custom code, hub kernels).
+
+    Returns:
+        The config object.
+
+    Raises:
+        RemoteCodeError: ``auto_map`` (custom code) without ``trust_remote_code``.
+        ConfigError: missing or unknown ``model_type``, layer counts that would
+            build an enormous model, or values the config class rejects.
+    """
+    from transformers import CONFIG_MAPPING
+
+    notes = [] if notes is None else notes
+    files = remote_code_files(data)
+    if files and not trust_remote_code:
+        raise RemoteCodeError(
+            f"{where}: config.json asks for custom code ({', '.join(files)}), which could do anything "
+            "on this machine, so it is not opened. Fusion Inspector never runs a model's own code: "
+            "to inspect it with the class transformers ships for its model_type instead, opt in with "
+            "--trust-remote-code (CLI) or by confirming in the app",
+            files,
+        )
+    model_type = data.get("model_type")
+    if not model_type or not isinstance(model_type, str):
+        raise ConfigError(f"{where}: config.json has no 'model_type'; cannot tell the architecture")
+    if model_type not in CONFIG_MAPPING:
+        custom = f"; its custom code ({', '.join(files)}) is never run by Fusion Inspector" if files else ""
+        raise ConfigError(
+            f"{where}: unknown model_type {model_type!r}: this transformers does not know it{custom} "
+            "(upgrade transformers, or check the config)"
+        )
+    check_model_size(data, where)
+    if files:
+        notes.append(
+            f"custom code in config.json ({', '.join(files)}) was not run: shown with the class transformers "
+            f"ships for model_type {model_type!r}, which may differ from the custom code"
+        )
+    data = without_remote_code(data, notes)
+    try:
+        return CONFIG_MAPPING[model_type].from_dict(data)
+    except Exception as e:  # config classes raise many types on bad values
+        raise ConfigError(f"{where}: config values rejected by {model_type!r}: {_first_line(e)}") from e
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:300]
+
+
+def _from_arch(spec: str, model_type: str, model_class: str | None) -> ModelSource:
+    from transformers import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        close = [t for t in CONFIG_MAPPING if model_type and (model_type in t or t in model_type)][:5]
+        hint = f" (did you mean: {', '.join(close)}?)" if close else ""
+        raise ConfigError(f"arch:{model_type}: unknown model_type{hint}; `fusion-core coverage` lists them all")
+    try:
+        config = CONFIG_MAPPING[model_type]()
+    except Exception as e:
+        raise ConfigError(f"arch:{model_type}: the default config cannot be built: {e}") from e
+    check_model_size(config, spec)
+    if model_class:
+        cls = model_class_for(config, model_class)
+    else:
+        # also task mappings and sub-configs (arch:qwen2_vl_vision), as the coverage scan resolves them
+        cls, _how = resolve_model_class(config)
+    return ModelSource(spec=spec, kind="arch", name=spec, config=config, model_class=cls)
+
+
+def _from_config_file(spec: str, path: Path, trust: bool, model_class: str | None) -> ModelSource:
+    notes: list[str] = []
+    config = config_from_dict(read_config_dict(path), str(path), trust_remote_code=trust, notes=notes)
+    cls = model_class_for(config, model_class)
+    folder = path.parent
+    checkpoint = _checkpoint_of(folder) if path.name == CONFIG_FILE else None
+    return ModelSource(
+        spec=spec,
+        kind="folder",
+        name=str(path),
+        config=config,
+        model_class=cls,
+        folder=folder,
+        checkpoint=checkpoint,
+        trust_remote_code=trust,
+        notes=notes,
+    )
+
+
+def _from_folder(spec: str, folder: Path, trust: bool, model_class: str | None) -> ModelSource:
+    cfg = folder / CONFIG_FILE
+    if not os.path.lexists(cfg):  # a pipe, folder or broken link is refused when read
+        raise ModelSourceError(f"{folder}: no config.json in this folder; is it a transformers model folder?")
+    source = _from_config_file(spec, cfg, trust, model_class)
+    source.name = folder.name or str(folder)
+    return source
+
+
+def _checkpoint_of(folder: Path) -> CheckpointIndex | None:
+    index = read_index(folder)
+    if index is None:
+        pickles = sorted({p.name for pattern in PICKLE_WEIGHTS for p in folder.glob(pattern)})
+        if pickles:
+            shown = ", ".join(pickles[:4]) + (f" and {len(pickles) - 4} more" if len(pickles) > 4 else "")
+            raise UnsafeModelError(
+                f"{folder}: only pickle weights ({shown}); loading a pickle can run any code, so they are "
+                "never read. Convert them to safetensors (model.safetensors) with a tool you trust first"
+            )
+    return index
+
+
+def _from_hub(repo_id: str, trust: bool, model_class: str | None) -> ModelSource:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
+    try:
+        folder = Path(snapshot_download(repo_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        folder = None
+    except Exception as e:
+        raise ModelSourceError(f"{repo_id}: cannot read it from the local Hugging Face cache: {e}") from e
+    if folder is None or not (folder / CONFIG_FILE).is_file():
+        if offline:
+            raise ModelSourceError(
+                f"{repo_id}: not in the local Hugging Face cache, and the hub is offline (HF_HUB_OFFLINE)"
+            )
+        from huggingface_hub import hf_hub_download
+
+        try:
+            folder = Path(hf_hub_download(repo_id, CONFIG_FILE)).parent
+        except Exception as e:
+            raise ModelSourceError(f"{repo_id}: not in the local Hugging Face cache, and download failed: {e}") from e
+    source = _from_folder(repo_id, folder, trust, model_class)
+    source.kind = "hub"
+    source.name = repo_id
+    return source
+
+
+def cached_hub_models() -> list[str]:
+    """Model repo ids found in the local Hugging Face cache (for the Open dialog)."""
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        info = scan_cache_dir()
+    except Exception:
+        return []
+    return sorted(repo.repo_id for repo in info.repos if repo.repo_type == "model")
+
+
+def known_model_types() -> list[str]:
+    """Every model_type this transformers knows (for ``arch:`` completion)."""
+    from transformers import CONFIG_MAPPING
+
+    return sorted(CONFIG_MAPPING.keys())

@@ -1,0 +1,252 @@
+"""The meta-initialized module tree as plain data (no tensors, no Qt)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FusionError, ModelSourceError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from .sources import ModelSource
+
+# A meta model beyond this many modules is refused: building it would take minutes and
+# gigabytes even without weights (a hostile or broken config).
+MAX_MODULES = 200_000
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A parameter or buffer: its name (relative to the module), shape and dtype.
+
+    ``tied_to`` is the full dotted name of the first owner when the tensor is shared
+    (tied embeddings): it is listed under each owner but counted once, at the first.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    tied_to: str | None = None
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass
+class ModuleNode:
+    """One module of the tree. ``path`` is the dotted name ('' for the root)."""
+
+    path: str
+    name: str
+    class_name: str
+    class_qualname: str
+    module_name: str  # the Python module that defines the class
+    kind: str
+    params: list[TensorSpec] = field(default_factory=list)
+    buffers: list[TensorSpec] = field(default_factory=list)
+    own_params: int = 0
+    total_params: int = 0
+    children: list[ModuleNode] = field(default_factory=list)
+    same_class_count: int = 1  # instances of this class in the whole model
+    parent: ModuleNode | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def main_weight(self) -> TensorSpec | None:
+        for p in self.params:
+            if p.name == "weight":
+                return p
+        return self.params[0] if self.params else None
+
+    def walk(self):
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children))
+
+    def to_dict(self, depth: int | None = None) -> dict[str, Any]:
+        """Plain data for JSON (``fusion-core tree --json``, see docs/cli-json.md).
+
+        Args:
+            depth: levels of children to include below this node (None: all). A node
+                whose children are cut off has ``"children": null`` (unknown), a leaf ``[]``.
+        """
+        data: dict[str, Any] = {
+            "path": self.path,
+            "name": self.name,
+            "class": self.class_name,
+            "class_qualname": self.class_qualname,
+            "kind": self.kind,
+            "params": [_tensor_dict(p) for p in self.params],
+            "buffers": [_tensor_dict(b) for b in self.buffers],
+            "own_params": self.own_params,
+            "total_params": self.total_params,
+            "same_class_count": self.same_class_count,
+        }
+        if depth is None or depth > 0:
+            data["children"] = [c.to_dict(None if depth is None else depth - 1) for c in self.children]
+        else:
+            data["children"] = None if self.children else []
+        return data
+
+
+def _tensor_dict(t: TensorSpec) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
+    if t.tied_to is not None:
+        data["tied_to"] = t.tied_to
+    return data
+
+
+@dataclass
+class ModuleTree:
+    """The whole tree: root node, nodes by dotted path, instance counts per class."""
+
+    root: ModuleNode
+    by_path: dict[str, ModuleNode]
+    class_counts: dict[str, int]
+    build_seconds: float
+
+    @property
+    def total_params(self) -> int:
+        return self.root.total_params
+
+    def __len__(self) -> int:
+        return len(self.by_path)
+
+
+def build_meta_model(source: ModelSource) -> nn.Module:
+    """Instantiate ``source``'s model class on the meta device (no memory for weights).
+
+    Built under the patching lock, so a scoped patch running in another thread never
+    leaks fused classes into this plain model.
+
+    Raises:
+        ModelSourceError: the class cannot be built from this config, or it would have
+            more than ``MAX_MODULES`` modules (checked before and during the build).
+    """
+    import torch
+
+    from ..patching import patch_lock
+    from .sources import check_model_size, module_budget
+
+    config = source.config
+    check_model_size(config, source.name, MAX_MODULES)  # absurd layer counts: refused before building
+    with patch_lock(), torch.device("meta"), module_budget(MAX_MODULES, source.name):
+        try:
+            model = source.model_class(config)
+        except FusionError:  # the module budget ran out
+            raise
+        except Exception as e:
+            raise ModelSourceError(
+                f"{source.name}: {source.model_class.__name__} cannot be built from this config: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+    return model
+
+
+def _kind(module: nn.Module) -> str:
+    from torch import nn
+
+    if isinstance(module, nn.Linear):
+        return "linear"
+    if isinstance(module, nn.modules.conv._ConvNd):
+        return "conv"
+    if isinstance(module, nn.Embedding):
+        return "embedding"
+    if isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)):
+        return "norm"
+    if isinstance(module, (nn.ModuleList, nn.ModuleDict, nn.Sequential)):
+        return "container"
+    name = type(module).__name__.lower()
+    for key, kind in (
+        ("norm", "norm"),
+        ("attention", "attention"),
+        ("attn", "attention"),
+        ("mlp", "mlp"),
+        ("embed", "embedding"),
+        ("rotary", "rotary"),
+        ("act", "activation"),
+        ("block", "block"),
+        ("layer", "block"),
+        ("merger", "merger"),
+    ):
+        if key in name:
+            return kind
+    if not any(True for _ in module.children()):
+        return "leaf"
+    return "module"
+
+
+def _dtype_name(t: Any) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def module_tree(model: nn.Module) -> ModuleTree:
+    """Export ``model``'s module hierarchy as plain :class:`ModuleNode` data.
+
+    Every module path is a node, also when one module object is reachable under two
+    paths; shared (tied) parameters are listed under each owner and counted once.
+
+    Raises:
+        ModelSourceError: the model has more than ``MAX_MODULES`` modules.
+    """
+    t0 = time.perf_counter()
+    by_path: dict[str, ModuleNode] = {}
+    counts: Counter[str] = Counter()  # distinct module objects per class
+    seen: set[int] = set()
+    owner: dict[int, str] = {}  # id(tensor) -> full name of its first owner
+    for path, module in model.named_modules(remove_duplicate=False):
+        if len(by_path) >= MAX_MODULES:
+            raise ModelSourceError(f"the model has more than {MAX_MODULES} modules; refusing to show it")
+        if path in by_path:
+            continue
+        cls = type(module)
+        qualname = f"{cls.__module__}.{cls.__qualname__}"
+        if id(module) not in seen:
+            seen.add(id(module))
+            counts[qualname] += 1
+        prefix = f"{path}." if path else ""
+        params = [_spec(n, p, prefix, owner) for n, p in module._parameters.items() if p is not None]
+        buffers = [_spec(n, b, prefix, owner) for n, b in module._buffers.items() if b is not None]
+        node = ModuleNode(
+            path=path,
+            name=path.rsplit(".", 1)[-1] if path else cls.__name__,
+            class_name=cls.__name__,
+            class_qualname=qualname,
+            module_name=cls.__module__,
+            kind=_kind(module),
+            params=params,
+            buffers=buffers,
+            own_params=sum(p.numel for p in params if p.tied_to is None),
+        )
+        by_path[path] = node
+        if path:
+            parent = by_path.get(path.rsplit(".", 1)[0] if "." in path else "")
+            if parent is not None:
+                node.parent = parent
+                parent.children.append(node)
+    root = by_path[""]
+    _totals(root)
+    for node in by_path.values():
+        node.same_class_count = counts[node.class_qualname]
+    return ModuleTree(root, by_path, dict(counts), time.perf_counter() - t0)
+
+
+def _spec(name: str, tensor: Any, prefix: str, owner: dict[int, str]) -> TensorSpec:
+    full = prefix + name
+    first = owner.setdefault(id(tensor), full)
+    return TensorSpec(name, tuple(tensor.shape), _dtype_name(tensor), None if first == full else first)
+
+
+def _totals(root: ModuleNode) -> None:
+    order = list(root.walk())
+    for node in reversed(order):
+        node.total_params = node.own_params + sum(c.total_params for c in node.children)

@@ -1,0 +1,203 @@
+"""Discovery: which modules of a meta-initialized model a family would replace, and why not.
+
+Like the reference mechanism, fusion is class-level (one compatible class -> one fused
+class), but unlike it *every* instance of a class is checked: one non-fusable instance
+keeps the whole class unpatched, and the reason names that instance. Results are cached
+per (family, model class, config fingerprint), never per class alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PretrainedConfig
+
+    from ..families.base import FusionSpec
+    from ..families.transforms import KeyTransform
+
+
+@dataclass(frozen=True)
+class Match:
+    """A module the family replaces."""
+
+    path: str
+    original_class: type
+    fused_class: type
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.path,
+            "class": self.original_class.__name__,
+            "fused_class": self.fused_class.__name__,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A candidate the family does not replace, with the reason."""
+
+    path: str
+    class_name: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"module": self.path, "class": self.class_name, "reason": self.reason}
+
+
+@dataclass
+class Discovery:
+    """The result of scanning one model for one family."""
+
+    family: str
+    model_name: str
+    matches: list[Match] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    transforms: list[KeyTransform] = field(default_factory=list)
+    empty_message: str = ""
+
+    @property
+    def patch_mapping(self) -> dict[type, type]:
+        return {m.original_class: m.fused_class for m in self.matches}
+
+    @property
+    def matched_paths(self) -> list[str]:
+        return [m.path for m in self.matches]
+
+    def __bool__(self) -> bool:
+        return bool(self.matches)
+
+
+# key (family name, id(spec), model class, fingerprint) -> (spec, result); the spec is kept so that its
+# id cannot be reused by another spec while the entry lives
+_cache: OrderedDict[tuple[str, int, type, str], tuple[FusionSpec, Discovery]] = OrderedDict()
+_cache_lock = threading.Lock()
+_CACHE_SIZE = 256
+
+
+def discover(
+    model: nn.Module,
+    spec: FusionSpec,
+    *,
+    config: PretrainedConfig | None = None,
+    fingerprint: str | None = None,
+    model_name: str | None = None,
+    named_modules: Sequence[tuple[str, nn.Module]] | None = None,
+    with_transforms: bool = True,
+) -> Discovery:
+    """Scan ``model`` (usually on the meta device) for modules ``spec`` can fuse.
+
+    Candidates are the modules whose path matches the spec's patterns; since patching is
+    class-level, every instance of a candidate's class is then checked, wherever it sits.
+    A class with one non-fusable instance is not patched at all, and each of its
+    instances is rejected with a reason naming that instance.
+
+    Args:
+        model: the model to scan.
+        spec: the family.
+        config: passed to ``spec.make_transforms``.
+        fingerprint: the config fingerprint (:attr:`ModelSource.fingerprint`); with it,
+            results are cached per (family, model class, fingerprint), so two configs of
+            one class never share a result.
+        model_name: for messages.
+        named_modules: ``list(model.named_modules())`` when the caller already has it
+            (scanning one model for several families).
+        with_transforms: build the key transforms (the coverage scan does not need them).
+
+    Returns:
+        The matches (in model order), the rejections with reasons (sorted by path), the
+        key transforms of the matched modules and, when nothing matched, the spec's
+        empty-result message.
+    """
+    name = model_name or type(model).__name__
+    # per spec object: a family re-registered under the same name never gets the old one's result
+    key = (spec.name, id(spec), type(model), fingerprint) if fingerprint and with_transforms else None
+    if key is not None:
+        with _cache_lock:
+            hit = _cache.get(key)
+            if hit is not None:
+                _cache.move_to_end(key)
+                return hit[1]
+    named = list(model.named_modules()) if named_modules is None else named_modules
+    result = _scan(named, spec, config if config is not None else getattr(model, "config", None), name, with_transforms)
+    if key is not None:
+        with _cache_lock:
+            _cache[key] = (spec, result)
+            while len(_cache) > _CACHE_SIZE:
+                _cache.popitem(last=False)
+    return result
+
+
+def clear_cache() -> None:
+    """Forget every cached discovery (tests; a family re-registered under the same name)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _scan(
+    named: Sequence[tuple[str, nn.Module]], spec: FusionSpec, config: Any, name: str, with_transforms: bool
+) -> Discovery:
+    # 1. candidates by name, decided by the spec
+    verdicts: dict[int, Any] = {}
+    candidate_classes: list[type] = []
+    for path, module in named:
+        if not spec.is_candidate(path, module):
+            continue
+        verdicts[id(module)] = spec.check(module)
+        if type(module) not in candidate_classes:
+            candidate_classes.append(type(module))
+    # 2. patching is class-level: every instance of a candidate class is replaced, also one
+    # whose name the patterns do not select, so every instance is checked.
+    instances: dict[type, list[tuple[str, nn.Module, Any]]] = {cls: [] for cls in candidate_classes}
+    order: dict[str, int] = {}
+    for path, module in named:
+        items = instances.get(type(module))
+        if items is None:
+            continue
+        verdict = verdicts.get(id(module))
+        if verdict is None:
+            verdict = verdicts[id(module)] = spec.check(module)
+        items.append((path, module, verdict))
+        order[path] = len(order)
+    matches: list[Match] = []
+    rejected: list[Rejection] = []
+    modules: dict[str, nn.Module] = {}
+    for cls, items in instances.items():
+        bad = [(path, v) for path, _m, v in items if not v.ok]
+        if not bad:
+            fused = spec.fused_class(cls)
+            for path, module, verdict in items:
+                matches.append(Match(path, cls, fused, verdict.reason))
+                modules[path] = module
+            continue
+        bad_path, bad_verdict = bad[0]
+        for path, _module, verdict in items:
+            if not verdict.ok:
+                rejected.append(Rejection(path, cls.__name__, verdict.reason))
+            else:
+                rejected.append(
+                    Rejection(
+                        path,
+                        cls.__name__,
+                        f"class {cls.__name__} is not patched: its instance {bad_path or '(root)'} "
+                        f"is not fusable ({bad_verdict.reason})",
+                    )
+                )
+    matches.sort(key=lambda m: order[m.path])
+    rejected.sort(key=lambda r: r.path)
+    transforms = spec.make_transforms(config, modules) if modules and with_transforms else []
+    return Discovery(
+        family=spec.name,
+        model_name=name,
+        matches=matches,
+        rejected=rejected,
+        transforms=transforms,
+        empty_message="" if matches else spec.empty_message(name),
+    )

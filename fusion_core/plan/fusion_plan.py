@@ -1,0 +1,434 @@
+"""Plans: a validated ``fusion_config`` turned into patch mapping and key maps, both ways.
+
+:func:`inspect_model` opens a model once (meta model, tree, per-family discovery, cached);
+:meth:`Inspection.plan` then builds a :class:`FusionPlan` for any ``fusion_config`` in
+milliseconds. A plan is data, validated before any I/O: the class-level patch mapping,
+the key transforms (model keys), the same transforms on the checkpoint's own key names
+(found the way transformers loads them, its renamings included: :mod:`fusion_core.plan.key_names`)
+with shapes and dtypes from the safetensors headers, and the reverse direction (fused
+layout -> original) used by export.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FamilyConflictError, InvalidFusionConfigError, ModelSourceError
+from ..families import REGISTRY, get_family
+from .discovery import Discovery, discover
+from .key_names import Converted, Found, KeyMatcher
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from ..families.transforms import KeyTransform
+    from ..model.sources import ModelSource
+    from ..model.tree import ModuleTree
+
+FusionConfig = Mapping[str, "bool | Mapping[str, Any]"]
+
+
+def validate_fusion_config(fusion_config: FusionConfig | None) -> list[tuple[str, dict[str, Any]]]:
+    """The enabled families of ``fusion_config``, in the user's order, with their options.
+
+    Raises:
+        UnknownFamilyError: a name that is not registered (the message lists the known ones).
+        InvalidFusionConfigError: a value that is neither ``True``/``False`` nor a mapping.
+    """
+    if fusion_config is None:
+        return []
+    if not isinstance(fusion_config, Mapping):
+        raise InvalidFusionConfigError(
+            f"fusion_config must be a mapping of family name -> True/False/options, got {type(fusion_config).__name__}"
+        )
+    enabled: list[tuple[str, dict[str, Any]]] = []
+    for name, options in fusion_config.items():
+        get_family(name)
+        if options is False:
+            continue
+        if options is True:
+            enabled.append((name, {}))
+        elif isinstance(options, Mapping):
+            enabled.append((name, dict(options)))
+        else:
+            raise InvalidFusionConfigError(
+                f"invalid option for fusion {name!r}: expected True, False or a mapping of options, got {options!r}"
+            )
+    return enabled
+
+
+@dataclass(frozen=True)
+class CheckpointTransform:
+    """One key transform on the checkpoint's own key names."""
+
+    transform: KeyTransform
+    source_keys: tuple[str, ...]  # original layout, as named in (or for) the checkpoint
+    target_keys: tuple[str, ...]  # fused layout
+    source_shapes: tuple[tuple[int, ...], ...]
+    target_shapes: tuple[tuple[int, ...], ...]
+    dtype: str  # safetensors code ("F32") or torch name when no checkpoint
+    present: str  # "original" | "fused" | "missing": which side the checkpoint holds
+    note: str = ""  # why a transform is refused ("missing") although keys were found
+
+    @property
+    def family(self) -> str:
+        return self.transform.family
+
+    def rows(self, direction: str = "load") -> list[dict[str, Any]]:
+        """Preview rows: one per source key (load: original -> fused; save: reverse)."""
+        t = self.transform
+        if direction == "load":
+            src, src_shapes, dst, dst_shapes, op = (
+                self.source_keys,
+                self.source_shapes,
+                self.target_keys,
+                self.target_shapes,
+                t.op,
+            )
+        else:
+            src, src_shapes, dst, dst_shapes, op = (
+                self.target_keys,
+                self.target_shapes,
+                self.source_keys,
+                self.source_shapes,
+                t.inverse_op,
+            )
+        out = []
+        # one row per key of the larger side: a concat shows each source going into the
+        # one target, a split (its reverse) the one source coming out as each target
+        for i in range(max(len(src), len(dst))):
+            a, b = min(i, len(src) - 1), min(i, len(dst) - 1)
+            out.append(
+                {
+                    "family": t.family,
+                    "source_key": src[a],
+                    "source_shape": list(src_shapes[a]),
+                    "dtype": self.dtype,
+                    "target_key": dst[b],
+                    "target_shape": list(dst_shapes[b]),
+                    "op": op,
+                }
+            )
+        return out
+
+
+@dataclass
+class FamilyPlan:
+    """One enabled family of a plan: its options and its discovery on the model."""
+
+    name: str
+    options: dict[str, Any]
+    discovery: Discovery
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.discovery
+        return {
+            "name": self.name,
+            "options": self.options,
+            "matches": [m.to_dict() for m in d.matches],
+            "rejected": [r.to_dict() for r in d.rejected],
+            "message": d.empty_message,
+        }
+
+
+@dataclass
+class FusionPlan:
+    """Everything a fused load or export will do, computed without tensor data."""
+
+    model: str
+    model_class: str
+    fusion_config: dict[str, Any]
+    families: list[FamilyPlan]
+    transforms: list[KeyTransform]
+    checkpoint_transforms: list[CheckpointTransform]
+    has_checkpoint: bool
+    layout: str  # "original" | "fused" | "mixed" | "none" (no checkpoint or nothing to fuse)
+    seconds: float = 0.0
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def patch_mapping(self) -> dict[type, type]:
+        mapping: dict[type, type] = {}
+        for fam in self.families:
+            mapping.update(fam.discovery.patch_mapping)
+        return mapping
+
+    @property
+    def matched_paths(self) -> dict[str, str]:
+        """module path -> family name."""
+        return {m.path: fam.name for fam in self.families for m in fam.discovery.matches}
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.transforms and not self.patch_mapping
+
+    def rows(self, direction: str = "load") -> list[dict[str, Any]]:
+        """Preview rows for every transformed checkpoint key (see :meth:`CheckpointTransform.rows`).
+
+        Args:
+            direction: ``"load"`` (original -> fused) or ``"save"`` (fused -> original).
+        """
+        return [row for ct in self.checkpoint_transforms for row in ct.rows(direction)]
+
+    def key_map(self, direction: str = "load") -> dict[str, tuple[str, ...]]:
+        """Checkpoint key -> the key(s) it becomes in the other layout, for every transformed key.
+
+        Args:
+            direction: ``"load"`` (original -> fused: q, k, v -> (qkv,)) or ``"save"``
+                (fused -> original: qkv -> (q, k, v)).
+        """
+        out: dict[str, tuple[str, ...]] = {}
+        for ct in self.checkpoint_transforms:
+            src, dst = (ct.source_keys, ct.target_keys) if direction == "load" else (ct.target_keys, ct.source_keys)
+            for key in src:
+                out[key] = tuple(dst)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable JSON data (``fusion-core plan --json``; schema in docs/cli-json.md)."""
+        mapping = self.patch_mapping
+        names = _class_names(mapping)
+        return {
+            "schema_version": 1,
+            "model": self.model,
+            "model_class": self.model_class,
+            "fusion_config": self.fusion_config,
+            "families": [f.to_dict() for f in self.families],
+            "patch_mapping": {names[o]: f.__name__ for o, f in mapping.items()},
+            "patch_mapping_modules": {
+                names[o]: [m.path for fam in self.families for m in fam.discovery.matches if m.original_class is o]
+                for o in mapping
+            },
+            "has_checkpoint": self.has_checkpoint,
+            "checkpoint_layout": self.layout,
+            "transforms": self.rows("load"),
+            "reverse_transforms": self.rows("save"),
+            "messages": self.messages,
+        }
+
+
+def _class_names(mapping: Mapping[type, type]) -> dict[type, str]:
+    """Class names for JSON keys: the bare name, or module.qualname where two classes share one."""
+    counts: dict[str, int] = {}
+    for cls in mapping:
+        counts[cls.__name__] = counts.get(cls.__name__, 0) + 1
+    return {c: c.__name__ if counts[c.__name__] == 1 else f"{c.__module__}.{c.__qualname__}" for c in mapping}
+
+
+class Inspection:
+    """An opened model: source, meta model, module tree and per-family discovery."""
+
+    def __init__(self, source: ModelSource, model: nn.Module, tree: ModuleTree, seconds: float) -> None:
+        self.source = source
+        self.model = model
+        self.tree = tree
+        self.seconds = seconds
+        self._discoveries: dict[str, Discovery] = {}
+        self._matcher: KeyMatcher | None = None
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    def discovery(self, family: str) -> Discovery:
+        """What ``family`` would replace in this model (computed once, cached per config).
+
+        Raises:
+            UnknownFamilyError: ``family`` is not registered.
+        """
+        found = self._discoveries.get(family)
+        if found is None:
+            found = discover(
+                self.model,
+                get_family(family),
+                config=self.source.config,
+                fingerprint=self.source.fingerprint,
+                model_name=self.source.model_class.__name__,
+            )
+            self._discoveries[family] = found
+        return found
+
+    def key_matcher(self) -> KeyMatcher:
+        """The checkpoint's keys matched to the model's, transformers' renamings followed (cached).
+
+        Raises:
+            ModelSourceError: the source has no checkpoint.
+        """
+        if self._matcher is None:
+            ckpt = self.source.checkpoint
+            if ckpt is None:
+                raise ModelSourceError(f"{self.source.name}: no checkpoint to match keys against")
+            self._matcher = KeyMatcher(ckpt.tensors, self.model)
+        return self._matcher
+
+    def discover_all(self) -> dict[str, Discovery]:
+        """The discovery of every registered family, in registry order."""
+        return {name: self.discovery(name) for name in REGISTRY}
+
+    def plan(self, fusion_config: FusionConfig | None) -> FusionPlan:
+        """Build the plan for ``fusion_config`` (see :func:`validate_fusion_config`).
+
+        Raises:
+            UnknownFamilyError, InvalidFusionConfigError: bad ``fusion_config``.
+            FamilyConflictError: two families transform the same key.
+        """
+        t0 = time.perf_counter()
+        enabled = validate_fusion_config(fusion_config)
+        fams = [FamilyPlan(name, opts, self.discovery(name)) for name, opts in enabled]
+        transforms: list[KeyTransform] = []
+        owner: dict[str, str] = {}
+        claimed_modules: dict[str, str] = {}
+        claimed_classes: dict[type, str] = {}
+        for fam in fams:
+            for m in fam.discovery.matches:
+                other = claimed_modules.get(m.path) or claimed_classes.get(m.original_class)
+                if other is not None and other != fam.name:
+                    raise FamilyConflictError(
+                        f"fusions {other!r} and {fam.name!r} both replace module {m.path} "
+                        f"(class {m.original_class.__name__}); enable only one of them"
+                    )
+                claimed_modules[m.path] = fam.name
+                claimed_classes[m.original_class] = fam.name
+            for t in fam.discovery.transforms:
+                for key in t.sources:
+                    other = owner.get(key)
+                    if other is not None and other != fam.name:
+                        raise FamilyConflictError(
+                            f"fusions {other!r} and {fam.name!r} both transform checkpoint key {key}; "
+                            "enable only one of them"
+                        )
+                    owner[key] = fam.name
+                transforms.append(t)
+        cts, layout = _checkpoint_transforms(self, transforms)
+        messages = [f.discovery.empty_message for f in fams if f.discovery.empty_message]
+        messages += _notes(cts)
+        if cts and self._matcher is not None and self._matcher.note:
+            messages.append(self._matcher.note)
+        return FusionPlan(
+            model=self.source.name,
+            model_class=self.source.model_class.__name__,
+            fusion_config={name: (opts or True) for name, opts in enabled},
+            families=fams,
+            transforms=transforms,
+            checkpoint_transforms=cts,
+            has_checkpoint=self.source.checkpoint is not None,
+            layout=layout,
+            seconds=time.perf_counter() - t0,
+            messages=messages,
+        )
+
+
+def inspect_model(source: ModelSource | str, *, trust_remote_code: bool = False) -> Inspection:
+    """Open ``source`` (a spec or a resolved source): meta model and module tree.
+
+    Raises:
+        ModelSourceError: the source cannot be resolved or its model cannot be built.
+    """
+    from ..model.sources import resolve
+    from ..model.tree import build_meta_model, module_tree
+
+    t0 = time.perf_counter()
+    if isinstance(source, str):
+        source = resolve(source, trust_remote_code=trust_remote_code)
+    model = build_meta_model(source)
+    tree = module_tree(model)
+    return Inspection(source, model, tree, time.perf_counter() - t0)
+
+
+def _checkpoint_transforms(insp: Inspection, transforms: list[KeyTransform]) -> tuple[list[CheckpointTransform], str]:
+    """Each transform on the checkpoint's own key names, with shapes from its headers.
+
+    The side the checkpoint holds is found with :class:`KeyMatcher` (transformers' own
+    renamings, then a suffix match); the other side is named by the rule in
+    :mod:`fusion_core.plan.key_names`. A transform whose source keys transformers computes with
+    a conversion, or whose names would not load back, is "missing" with a note.
+    """
+    ckpt = insp.source.checkpoint
+    if ckpt is None:
+        params = dict(insp.model.named_parameters())
+        params.update(dict(insp.model.named_buffers()))
+        out = []
+        for t in transforms:
+            src_shapes = tuple(tuple(params[k].shape) if k in params else () for k in t.sources)
+            dtype = str(params[t.sources[0]].dtype).removeprefix("torch.") if t.sources[0] in params else "?"
+            out.append(
+                CheckpointTransform(
+                    t,
+                    t.sources,
+                    t.targets,
+                    src_shapes,
+                    tuple(tuple(s) for s in t.forward_shapes(src_shapes)),
+                    dtype,
+                    "missing",
+                )
+            )
+        return out, "none"
+    matcher = insp.key_matcher()
+    out = []
+    sides = set()
+    for t in transforms:
+        src = [matcher.lookup(k) for k in t.sources]
+        dst = [matcher.lookup(k) for k in t.targets]
+        note = ""
+        src_keys, dst_keys = t.sources, t.targets
+        if all(isinstance(f, Found) for f in src):
+            present = "original"
+            src_keys = tuple(f.key for f in src)  # type: ignore[union-attr]
+            dst_keys, note = matcher.fused_names(t.targets, t.sources[0], src[0])  # type: ignore[arg-type]
+        elif all(isinstance(f, Found) for f in dst):
+            present = "fused"
+            dst_keys = tuple(f.key for f in dst)  # type: ignore[union-attr]
+            src_keys, note = matcher.original_names(t.sources, t.targets[0], dst[0])  # type: ignore[arg-type]
+        else:
+            present = "missing"
+            converted = next((f for f in src + dst if isinstance(f, Converted)), None)
+            note = converted.reason() if converted is not None else ""
+        if note:
+            present = "missing"  # refused: a fused key that does not load back, or computed keys
+        if present == "original":
+            infos = [ckpt.tensors[k] for k in src_keys]
+            src_shapes = tuple(i.shape for i in infos)
+            dst_shapes = tuple(tuple(s) for s in _safe_shapes(t.forward_shapes, src_shapes))
+            dtype = infos[0].dtype
+        elif present == "fused":
+            infos = [ckpt.tensors[k] for k in dst_keys]
+            dst_shapes = tuple(i.shape for i in infos)
+            src_shapes = tuple(tuple(s) for s in _safe_shapes(t.inverse_shapes, dst_shapes))
+            dtype = infos[0].dtype
+        else:
+            src_shapes = tuple(() for _ in t.sources)
+            dst_shapes = tuple(() for _ in t.targets)
+            dtype = "?"
+        sides.add(present)
+        out.append(CheckpointTransform(t, src_keys, dst_keys, src_shapes, dst_shapes, dtype, present, note))
+    if not out:
+        layout = "none"
+    elif len(sides) == 1:
+        layout = sides.pop()
+    else:
+        layout = "mixed"
+    return out, layout
+
+
+def _notes(cts: list[CheckpointTransform]) -> list[str]:
+    """One message per family with refused transforms: the first reason and how many."""
+    by_family: dict[str, list[str]] = {}
+    for ct in cts:
+        if ct.note:
+            by_family.setdefault(ct.family, []).append(ct.note)
+    out = []
+    for family, notes in by_family.items():
+        more = f" ({len(notes)} key groups like this one)" if len(notes) > 1 else ""
+        out.append(f"{family!r} refused: {notes[0]}{more}")
+    return out
+
+
+def _safe_shapes(fn, shapes):
+    try:
+        return fn(shapes)
+    except ValueError:
+        # shapes that do not match the model: shown as unknown; loading reports the error
+        return [() for _ in shapes]

@@ -1,0 +1,1 @@
+"""Running a plan: fused loading, synthetic inputs, checks against the original, results, upstream parity."""

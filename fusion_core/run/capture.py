@@ -1,0 +1,79 @@
+"""Run a model on the first synthetic inputs it accepts, capturing the real inputs of chosen modules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CheckError
+from .inputs import candidate_inputs
+from .results import tensors_of
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["capture_and_run", "shapes_of"]
+
+
+def _clone(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, tuple):
+        return tuple(_clone(v) for v in value)
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    return value
+
+
+def shapes_of(args: tuple, kwargs: dict) -> list[list[int]]:
+    return [list(t.shape) for t in tensors_of(list(args) + list(kwargs.values()))]
+
+
+def capture_and_run(
+    model: nn.Module, paths: list[str], seed: int, device: str
+) -> tuple[Any, dict[str, tuple[tuple, dict]], Any]:
+    """Run ``model`` on the first candidate inputs it accepts, capturing each path's first inputs.
+
+    Returns:
+        (the accepted :class:`~fusion_core.run.inputs.ModelInputs`, path -> (args, kwargs), output)
+
+    Raises:
+        CheckError: no candidate input runs, naming each attempt's error.
+    """
+    import torch
+
+    captured: dict[str, tuple[tuple, dict]] = {}
+
+    def hook_for(path: str) -> Callable[..., None]:
+        def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+            if path not in captured:
+                captured[path] = (_clone(args), _clone(kwargs))
+
+        return hook
+
+    handles = [model.get_submodule(p).register_forward_pre_hook(hook_for(p), with_kwargs=True) for p in paths]
+    errors = []
+    try:
+        try:
+            candidates = list(candidate_inputs(model, paths, seed=seed))
+        except ValueError as e:
+            raise CheckError(f"{type(model).__name__}: {e}") from e
+        for inputs in candidates:
+            captured.clear()
+            inputs.kwargs = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.kwargs.items()}
+            entry = model.get_submodule(inputs.entry) if inputs.entry else model
+            try:
+                with torch.inference_mode():
+                    output = entry(**inputs.kwargs)
+            except Exception as e:  # a candidate the model does not accept: try the next
+                errors.append(f"{inputs.kind} inputs: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                continue
+            return inputs, dict(captured), output
+    finally:
+        for h in handles:
+            h.remove()
+    raise CheckError(f"{type(model).__name__}: no synthetic input it accepts ({'; '.join(errors)})")

@@ -1,0 +1,384 @@
+"""Fused loading: the original weights through transformers, then fusion in place.
+
+Two paths, chosen by the plan's checkpoint layout:
+
+* **original layout** (the usual case): ``from_pretrained`` loads the checkpoint as is (it
+  knows every model's legacy key names, e.g. Qwen2-VL's ``visual.`` prefix, and keeps its
+  lazy memory mapping), then each matched module instance is fused in place by its family
+  (``spec.fuse_module``: a class swap, the weights become views, nothing is copied);
+* **fused layout** (a checkpoint exported with ``fusion_config``): the model is built under
+  :func:`fusion_core.patching.scoped_patch`, so the fused classes exist only for the
+  duration of ``from_pretrained``, and keys must match exactly.
+
+In both cases ``from_pretrained`` gets a config whose ``fusion_config`` has been removed, so
+transformers' own fusion (which leaks process-wide state, see DESIGN.md) never runs, and
+every missing, unexpected or mis-shaped key is an error listing them, never a silently
+random weight. Nothing process-wide is left behind.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import sys
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CheckpointError, LoadError, UsageError
+from ..plan.layout import check_layout, check_shapes, listed
+from ..progress import CancelToken, Progress, ProgressCallback, drive
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from ..model.sources import ModelSource
+    from ..plan.fusion_plan import FusionConfig, FusionPlan
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class LoadResult:
+    """A loaded (and possibly fused) model with what happened on the way."""
+
+    model: nn.Module
+    plan: FusionPlan
+    layout: str  # checkpoint layout: "original" | "fused" | "none" (nothing to fuse)
+    fused_modules: list[str]
+    dtype: str
+    seconds: float
+    peak_rss_mb: float | None  # this process's peak resident memory so far (None: unknown here)
+    device: str = "cpu"
+    messages: list[str] = field(default_factory=list)
+
+    def report(self) -> dict[str, Any]:
+        """The load report as JSON-able data."""
+        plan = self.plan
+        return {
+            "model": plan.model,
+            "model_class": plan.model_class,
+            "fusion_config": plan.fusion_config,
+            "checkpoint_layout": self.layout,
+            "fused_modules": [
+                {"module": path, "family": plan.matched_paths.get(path, ""), "class": _class_name(self.model, path)}
+                for path in self.fused_modules
+            ],
+            "dtype": self.dtype,
+            "device": self.device,
+            "missing_keys": [],
+            "unexpected_keys": [],
+            "transforms": plan.rows("load") if self.layout == "original" else [],
+            "seconds": round(self.seconds, 4),
+            "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1),
+            "messages": list(self.messages),
+        }
+
+
+def _class_name(model: nn.Module, path: str) -> str:
+    try:
+        return type(model.get_submodule(path)).__name__
+    except AttributeError:
+        return ""
+
+
+def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """The torch dtype for a name in :data:`DTYPES` (or a torch dtype, passed through).
+
+    Raises:
+        UsageError: an unsupported dtype name.
+    """
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise UsageError(f"unsupported dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return getattr(torch, name)
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory in MiB (None where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def plain_config(config: Any) -> Any:
+    """A deep copy of ``config`` without ``fusion_config`` (also in nested sub-configs).
+
+    transformers' ``from_pretrained`` applies its own fusion whenever the config carries
+    ``fusion_config``; ours must never trigger it.
+    """
+    from transformers import PretrainedConfig
+
+    config = copy.deepcopy(config)
+    stack = [config]
+    seen: set[int] = set()
+    while stack:
+        cfg = stack.pop()
+        if id(cfg) in seen:
+            continue
+        seen.add(id(cfg))
+        if "fusion_config" in vars(cfg):
+            delattr(cfg, "fusion_config")
+        stack.extend(v for v in vars(cfg).values() if isinstance(v, PretrainedConfig))
+    return config
+
+
+def resolve_source(source: ModelSource | str | os.PathLike[str], trust_remote_code: bool = False) -> ModelSource:
+    """``source`` itself when already resolved, else :func:`fusion_core.model.sources.resolve` of it."""
+    from ..model.sources import ModelSource, resolve
+
+    if isinstance(source, ModelSource):
+        return source
+    return resolve(os.fspath(source), trust_remote_code=trust_remote_code)
+
+
+def require_weights(source: ModelSource) -> None:
+    if source.checkpoint is None or source.folder is None:
+        raise LoadError(
+            f"{source.name}: no weights (config only); loading needs a folder with model.safetensors "
+            "or a sharded index (export or download the checkpoint first)"
+        )
+
+
+def weights_loader(cls: type) -> tuple[Any, str]:
+    """The ``from_pretrained`` to call for ``cls``, and a note when it is not the class's own.
+
+    A few classes override ``from_pretrained`` to load more than weights after the fact
+    (Qwen2.5-Omni: speaker presets from a pickle, required to exist, and it cannot return a
+    loading report). The weights are the same either way; we use the base implementation.
+    """
+    from transformers import PreTrainedModel
+
+    base = PreTrainedModel.from_pretrained.__func__  # type: ignore[attr-defined]
+    own = getattr(cls.from_pretrained, "__func__", None)
+    if own is None or own is base or not issubclass(cls, PreTrainedModel):
+        return cls.from_pretrained, ""
+    note = (
+        f"{cls.__name__} overrides from_pretrained to load extra files; the weights were loaded with "
+        "PreTrainedModel.from_pretrained, the extras were not"
+    )
+    return base.__get__(cls, cls), note
+
+
+def from_pretrained(
+    source: ModelSource,
+    config: Any,
+    dtype: torch.dtype,
+    *,
+    state_dict: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+) -> nn.Module:
+    """``from_pretrained`` with ``output_loading_info``; any key problem is a :class:`LoadError`.
+
+    ``config`` must already be free of ``fusion_config`` (see :func:`plain_config`).
+    """
+    cls = source.model_class
+    where = str(source.folder)
+    kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "output_loading_info": True}
+    # Never forwarded: transformers would import Python files from the folder (custom_generate/...).
+    # Our opt-in only means "build the class transformers ships for this model_type" (docs/security.md).
+    loader, note = weights_loader(cls)
+    if note and notes is not None:
+        notes.append(note)
+    try:
+        if state_dict is None:
+            model, info = loader(str(source.folder), **kwargs)
+        else:
+            model, info = loader(None, state_dict=state_dict, **kwargs)
+    except (OSError, RuntimeError, ValueError, KeyError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise LoadError(f"{where}: transformers could not load the checkpoint: {_first_line(e)}") from e
+    problems = []
+    if info.get("missing_keys"):
+        problems.append(f"missing keys (would be randomly initialized): {listed(list(info['missing_keys']))}")
+    if info.get("unexpected_keys"):
+        problems.append(f"unexpected keys: {listed(list(info['unexpected_keys']))}")
+    if info.get("mismatched_keys"):
+        items = [f"{k} {list(a)} vs {list(b)}" for k, a, b in sorted(info["mismatched_keys"])]
+        problems.append(f"shape mismatches: {listed(items)}")
+    if info.get("error_msgs"):
+        problems.append(f"errors: {'; '.join(map(str, info['error_msgs']))}")
+    if problems:
+        raise LoadError(f"{where}: {cls.__name__}: " + "; ".join(problems))
+    return model
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def iter_load(
+    source: ModelSource | str | os.PathLike[str],
+    fusion_config: FusionConfig | None = None,
+    *,
+    dtype: str | torch.dtype = "float32",
+    device: str = "cpu",
+    trust_remote_code: bool = False,
+) -> Generator[Progress, None, LoadResult]:
+    """Load ``source`` with ``fusion_config`` applied, as a progress generator.
+
+    Args:
+        source: a model spec or a resolved :class:`ModelSource` (must have weights).
+        fusion_config: the families to apply; ``None`` uses the config's own
+            ``fusion_config`` (a fused-layout export carries one), else nothing is fused.
+        dtype: ``float32``, ``bfloat16`` or ``float16``.
+        device: where the model goes after loading (loading itself maps the files lazily).
+        trust_remote_code: see :func:`fusion_core.model.sources.resolve`.
+
+    Returns:
+        A :class:`LoadResult`; ``result.model.config.fusion_config`` records what was applied.
+
+    Raises:
+        LoadError: missing, unexpected or mis-shaped keys, or a checkpoint in neither layout.
+        CheckpointError, ModelSourceError: unreadable source or checkpoint.
+        UsageError: bad ``fusion_config`` or dtype.
+    """
+    from ..families import get_family
+    from ..patching import scoped_patch
+    from ..plan.fusion_plan import inspect_model
+
+    t0 = time.perf_counter()
+    wanted = torch_dtype(dtype)
+    dtype_name = str(wanted).removeprefix("torch.")
+    yield Progress(0, 4, "opening model")
+    src = resolve_source(source, trust_remote_code)
+    require_weights(src)
+    if fusion_config is None:
+        fusion_config = getattr(src.config, "fusion_config", None)
+    insp = inspect_model(src)
+    plan = insp.plan(fusion_config)
+    check_layout(plan, src)
+    check_shapes(insp, plan)
+    layout = plan.layout if plan.layout in ("original", "fused") else "none"
+    matched = [(m, fam.name) for fam in plan.families for m in fam.discovery.matches]
+    total = 3 + len(matched)
+    yield Progress(1, total, f"loading weights ({layout} layout)")
+    config = plain_config(src.config)
+    notes = list(plan.messages)
+    if layout == "fused":
+        # fused classes exist only while the skeleton is built and filled; never across a yield
+        with scoped_patch(plan.patch_mapping):
+            model = from_pretrained(src, config, wanted, notes=notes)
+    else:
+        model = from_pretrained(src, config, wanted, notes=notes)
+    fused: list[str] = []
+    for i, (match, family) in enumerate(matched):
+        yield Progress(2 + i, total, f"fusing {match.path}")
+        module = model.get_submodule(match.path)
+        if layout != "fused":
+            get_family(family).fuse_module(module)
+        if type(module) is not match.fused_class:
+            raise LoadError(f"{src.folder}: {match.path} is {type(module).__name__}, not {match.fused_class.__name__}")
+        fused.append(match.path)
+    if plan.fusion_config:
+        model.config.fusion_config = copy.deepcopy(plan.fusion_config)
+    if str(device) != "cpu":
+        yield Progress(total - 1, total, f"moving to {device}")
+        model.to(device)
+    seconds = time.perf_counter() - t0
+    yield Progress(total, total, "loaded")
+    logging.getLogger(__name__).debug("loaded %s in %.2fs", src.name, seconds)
+    return LoadResult(
+        model=model,
+        plan=plan,
+        layout=layout,
+        fused_modules=fused,
+        dtype=dtype_name,
+        seconds=seconds,
+        peak_rss_mb=peak_rss_mb(),
+        device=str(device),
+        messages=notes,
+    )
+
+
+def load(
+    source: ModelSource | str | os.PathLike[str],
+    fusion_config: FusionConfig | None = None,
+    *,
+    dtype: str | torch.dtype = "float32",
+    device: str = "cpu",
+    trust_remote_code: bool = False,
+    progress: ProgressCallback | None = None,
+    cancel: CancelToken | None = None,
+) -> LoadResult:
+    """Load ``source`` fused (see :func:`iter_load`), with an optional progress callback and cancel token.
+
+    Raises:
+        Cancelled: ``cancel`` was set before loading finished (nothing is left patched).
+        LoadError, CheckpointError, ModelSourceError, UsageError: see :func:`iter_load`.
+    """
+    gen = iter_load(source, fusion_config, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+    return drive(gen, progress, cancel)
+
+
+def load_plain(
+    source: ModelSource | str | os.PathLike[str],
+    *,
+    dtype: str | torch.dtype = "float32",
+    device: str = "cpu",
+    trust_remote_code: bool = False,
+) -> nn.Module:
+    """The original, unfused model, exactly as its weights say.
+
+    Never triggers transformers' own fusion. A checkpoint exported in fused layout (its
+    config carries ``fusion_config``) is converted back to the original layout on the way
+    in (exact: the inverse transforms are reshapes and renames); that path reads every
+    tensor into memory instead of mapping the files lazily.
+
+    Raises:
+        LoadError, CheckpointError, ModelSourceError, UsageError: see :func:`iter_load`.
+    """
+    from ..plan.fusion_plan import inspect_model
+
+    wanted = torch_dtype(dtype)
+    src = resolve_source(source, trust_remote_code)
+    require_weights(src)
+    config = plain_config(src.config)
+    insp = inspect_model(src)
+    own = getattr(src.config, "fusion_config", None)
+    plan = insp.plan(own) if own else None
+    if plan is not None and plan.layout in ("fused", "mixed"):
+        check_layout(plan, src)
+        check_shapes(insp, plan)
+        model = from_pretrained(src, config, wanted, state_dict=_original_state_dict(src, plan))
+    else:
+        check_shapes(insp, insp.plan(None))
+        model = from_pretrained(src, config, wanted)
+    if str(device) != "cpu":
+        model.to(device)
+    return model
+
+
+def _original_state_dict(source: ModelSource, plan: FusionPlan) -> dict[str, Any]:
+    """Read a fused-layout checkpoint into original-layout tensors (checkpoint key names)."""
+    from ..model.checkpoint import open_shard
+
+    ckpt = source.checkpoint
+    assert ckpt is not None and source.folder is not None
+    by_file: dict[str, list[str]] = {}
+    for key, info in ckpt.tensors.items():
+        by_file.setdefault(info.file, []).append(key)
+    tensors: dict[str, Any] = {}
+    for name, keys in by_file.items():
+        with open_shard(source.folder, name) as f:
+            for key in keys:
+                tensors[key] = f.get_tensor(key)
+    for ct in plan.checkpoint_transforms:
+        if ct.present != "fused":
+            continue
+        restored = ct.transform.inverse([tensors.pop(k) for k in ct.target_keys])
+        tensors.update(zip(ct.source_keys, restored))
+    return tensors

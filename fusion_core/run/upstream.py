@@ -1,0 +1,226 @@
+"""Upstream parity: the same checkpoint through transformers' own ``fusion_config``.
+
+transformers (5.24.0 and later) can fuse at load time itself (``from_pretrained(...,
+fusion_config=...)``). Its registries are process-wide and never cleared (DESIGN.md,
+"Known upstream defects"), so it runs here in a **separate process**: this module, run as
+``python -m fusion_core.run.upstream``, reads one JSON request on stdin and writes one JSON
+line on stdout. The worker loads the original model our way (never fused), captures the
+same synthetic inputs as the check, loads the upstream fused model, compares, and then
+loads the checkpoint plainly once more in the same process to see whether the upstream
+fusion leaked into it.
+
+The result is information next to our check, never a failure of it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .results import CheckResult, UpstreamReport
+
+if TYPE_CHECKING:
+    from ..model.sources import ModelSource
+    from ..plan.fusion_plan import FusionPlan
+
+MARKER = "FUSION_UPSTREAM_RESULT "
+TIMEOUT_S = 600
+
+
+def upstream_knows(family: str) -> tuple[bool, str]:
+    """Whether the installed transformers has its own fusion mapping with ``family``."""
+    import transformers
+
+    version = transformers.__version__
+    if importlib.util.find_spec("transformers.fusion_mapping") is None:
+        return False, f"transformers {version} has no fusion mapping (transformers.fusion_mapping)"
+    from transformers import fusion_mapping
+
+    registry = getattr(fusion_mapping, "_FUSION_REGISTRY", None)
+    if isinstance(registry, dict) and family not in registry:
+        return False, f"transformers {version}'s fusion mapping has no {family!r} family"
+    return True, ""
+
+
+def run_upstream(
+    source: ModelSource, plan: FusionPlan, dtype: str, seed: int, ours: CheckResult | None = None
+) -> UpstreamReport:
+    """Load ``source`` through upstream fusion in a child process and report what it did.
+
+    Args:
+        source: the model (must have weights in a folder).
+        plan: our plan (its fused paths are compared with upstream's classes).
+        dtype: ``float32`` | ``bfloat16`` | ``float16``.
+        seed: the seed of the synthetic inputs (the same as our check's).
+        ours: our check result, for the side-by-side summary.
+    """
+    import transformers
+
+    families = list(plan.fusion_config)
+    for family in families:
+        known, why = upstream_knows(family)
+        if not known:
+            return UpstreamReport(available=False, transformers_version=transformers.__version__, summary=why)
+    request = {
+        "folder": str(source.folder),
+        "model_class": source.model_class.__name__,
+        "fusion_config": plan.fusion_config,
+        "dtype": dtype,
+        "seed": seed,
+        "paths": list(plan.matched_paths),
+        "trust_remote_code": source.trust_remote_code,
+    }
+    t0 = time.perf_counter()
+    report = UpstreamReport(available=True, transformers_version=transformers.__version__)
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
+    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fusion_core.run.upstream"],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        report.error = f"the upstream worker took more than {TIMEOUT_S} s; stopped"
+    else:
+        line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(MARKER)), None)
+        if line is None:
+            tail = " ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
+            report.error = f"the upstream worker exited with status {proc.returncode} without a result: {tail}"
+        else:
+            for key, value in json.loads(line[len(MARKER) :]).items():
+                if hasattr(report, key):
+                    setattr(report, key, value)
+    report.seconds = time.perf_counter() - t0
+    if ours is not None and ours.end_to_end is not None:
+        report.ours_max_abs_diff = ours.end_to_end.comparison.max_abs_diff
+    report.summary = summarize(report)
+    return report
+
+
+def _short_key(key: str) -> str:
+    """``model.visual.patch_embed.linear_proj.weight`` -> ``linear_proj.weight`` for the summary."""
+    parts = key.split(".")
+    return ".".join(parts[-2:]) if len(parts) > 2 else key
+
+
+def summarize(r: UpstreamReport) -> str:
+    """One plain sentence (or a few clauses) on what upstream did."""
+    who = f"upstream (transformers {r.transformers_version})"
+    if not r.available:
+        return r.summary
+    if r.error:
+        return f"{who}: {r.error}"
+    clauses = []
+    if r.missing_keys:
+        clauses.append(f"{', '.join(_short_key(k) for k in r.missing_keys)} MISSING, randomly initialized")
+    if r.unexpected_keys:
+        clauses.append(f"{', '.join(_short_key(k) for k in r.unexpected_keys)} UNEXPECTED, dropped")
+    if r.mismatched_keys:
+        clauses.append(f"shape mismatch: {', '.join(r.mismatched_keys)}")
+    unfused = [p for p, c in r.module_classes.items() if not c.startswith("Fused")]
+    if unfused:
+        clauses.append(f"did not fuse {', '.join(unfused)}")
+    if r.max_abs_diff is not None:
+        ours = f" (ours: {r.ours_max_abs_diff:.2g})" if r.ours_max_abs_diff is not None else ""
+        verdict = "within" if r.within_tolerance else "OUTSIDE"
+        clauses.append(f"max diff {r.max_abs_diff:.2g} vs the original, {verdict} tolerance{ours}")
+    if r.leak:
+        clauses.append(f"LEAK: {r.leak_detail}")
+    elif r.leak is False:
+        clauses.append("no leak into a later plain load")
+    head = "matches ours" if r.matches_ours else "DIFFERS from ours"
+    return f"{who} {head}: " + "; ".join(clauses)
+
+
+# -- the worker (runs in the child process) ---------------------------------------------
+
+
+def _worker(request: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from ..model.sources import resolve
+    from .capture import capture_and_run
+    from .loading import load_plain, plain_config, torch_dtype, weights_loader
+    from .results import compare, main_output
+
+    out: dict[str, Any] = {"ran": True}
+    src = resolve(request["folder"], model_class=request["model_class"], trust_remote_code=request["trust_remote_code"])
+    dtype = torch_dtype(request["dtype"])
+    paths = request["paths"]
+    original = load_plain(src, dtype=dtype)
+    inputs, _captured, out_original = capture_and_run(original, paths, request["seed"], "cpu")
+    _, reference = main_output(out_original)
+    loader, _note = weights_loader(src.model_class)
+    kwargs = {"config": plain_config(src.config), "dtype": dtype, "output_loading_info": True}
+    try:
+        model, info = loader(request["folder"], fusion_config=request["fusion_config"], **kwargs)
+    except Exception as e:
+        out["error"] = f"from_pretrained(fusion_config=...) fails: {type(e).__name__}: {_first_line(e)}"
+        return out
+    out["missing_keys"] = sorted(info.get("missing_keys", []))
+    out["unexpected_keys"] = sorted(info.get("unexpected_keys", []))
+    out["mismatched_keys"] = sorted(str(k[0]) for k in info.get("mismatched_keys", []))
+    out["module_classes"] = {p: type(model.get_submodule(p)).__name__ for p in paths}
+    entry = model.get_submodule(inputs.entry) if inputs.entry else model
+    try:
+        with torch.inference_mode():
+            _, fused_out = main_output(entry(**inputs.kwargs))
+    except Exception as e:
+        out["error"] = f"the upstream fused model fails on the check's inputs: {type(e).__name__}: {_first_line(e)}"
+        return out
+    comparison = compare(reference, fused_out, request["dtype"])
+    out["max_abs_diff"] = comparison.max_abs_diff
+    out["within_tolerance"] = comparison.passed
+    del model, entry
+    # the leak: a plain load of the same checkpoint, same process, after the fused one
+    try:
+        plain, _info = loader(request["folder"], **kwargs)
+        classes = {p: type(plain.get_submodule(p)).__name__ for p in paths}
+        still = [f"{p} is {c}" for p, c in classes.items() if c != type(original.get_submodule(p)).__name__]
+        out["leak"] = bool(still)
+        out["leak_detail"] = (
+            f"a later plain from_pretrained in the same process is still fused ({', '.join(still)})" if still else ""
+        )
+    except Exception as e:
+        out["leak"] = True
+        out["leak_detail"] = (
+            f"a later plain from_pretrained in the same process fails: {type(e).__name__}: {_first_line(e)}"
+        )
+    return out
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def main() -> int:
+    """Worker entry point: one JSON request on stdin, one marked JSON line on stdout."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    request = json.loads(sys.stdin.read())
+    try:
+        result = _worker(request)
+    except Exception as e:  # report, never a traceback on stdout
+        result = {"ran": False, "error": f"the worker failed: {type(e).__name__}: {_first_line(e)}"}
+    sys.stdout.write(MARKER + json.dumps(result, default=str) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

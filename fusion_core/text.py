@@ -1,0 +1,36 @@
+"""Plain-text helpers every layer may use: tables, counts, and printable names.
+
+Names that reach a terminal (file names, tensor keys, module paths) come from untrusted
+model folders: :func:`printable` escapes control characters so that they cannot move the
+cursor, recolour the terminal or hide text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters, line separators and lone surrogates escaped (``\\x1b`` etc.)."""
+    return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape", "backslashreplace").decode("ascii"), text)
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    """Format ``rows`` as a plain left-aligned text table (cells made :func:`printable`)."""
+    cells = [[str(h) for h in headers]] + [[("" if c is None else printable(str(c))) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def human_count(n: int) -> str:
+    """``1234567`` -> ``"1.23M"`` (parameter counts in tables)."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return str(n)
