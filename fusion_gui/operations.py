@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fusion_core import Inspection, ModelSource
+    from fusion_core import FusionPlan, Inspection
 
 log = logging.getLogger("fusion_gui.operations")
 _first_open = threading.Lock()
@@ -83,23 +83,23 @@ def open_model(spec: str, *, trust_remote_code: bool = False):
     return gen
 
 
-def run_checks(source: ModelSource, fusion_config: dict[str, Any], *, dtype: str, repeats: int, upstream: bool):
-    """Fused load + checks (``fusion_core.run.checks.iter_check``); returns its CheckResult."""
+def run_checks(plan: FusionPlan, *, dtype: str, repeats: int, upstream: bool):
+    """Fused load + checks of ``plan``, the plan the window shows (``fusion_core.run.checks.iter_check``);
+    returns its CheckResult."""
 
     def gen():
         from fusion_core.run.checks import iter_check
 
-        log.info("checks: %s, %s, dtype %s, %d repeats", source.name, sorted(fusion_config), dtype, repeats)
-        result = yield from iter_check(source, fusion_config, dtype=dtype, repeats=repeats, upstream=upstream)
+        log.info("checks: %s, %s, dtype %s, %d repeats", plan.model, list(plan.fusion_config), dtype, repeats)
+        result = yield from iter_check(plan, dtype=dtype, repeats=repeats, upstream=upstream)
         return result
 
     return gen
 
 
 def run_export(
-    source: ModelSource,
+    plan: FusionPlan,
     out_dir: Path,
-    fusion_config: dict[str, Any],
     *,
     layout: str,
     max_shard_size: int | str,
@@ -110,9 +110,9 @@ def run_export(
     def gen():
         from fusion_core.export.pipeline import iter_export
 
-        log.info("export: %s -> %s (layout %s, shards <= %s)", source.name, out_dir, layout, max_shard_size)
+        log.info("export: %s -> %s (layout %s, shards <= %s)", plan.model, out_dir, layout, max_shard_size)
         result = yield from iter_export(
-            source, out_dir, fusion_config, layout=layout, max_shard_size=max_shard_size, overwrite=overwrite
+            plan, out_dir, layout=layout, max_shard_size=max_shard_size, overwrite=overwrite
         )
         return result
 

@@ -195,12 +195,10 @@ class AppState(QObject):
 
     # checks and export -----------------------------------------------------------------
     def run_checks(self, dtype: str = "float32", repeats: int = 5, upstream: bool = True) -> Job | None:
-        """Fused load + checks of the open model with the enabled fusions."""
-        if self.inspection is None or self.jobs.busy:
+        """Fused load + checks of the plan on show (the open model with the enabled fusions)."""
+        if self.plan is None or self.jobs.busy:
             return None
-        factory = operations.run_checks(
-            self.inspection.source, self.fusion_config, dtype=dtype, repeats=repeats, upstream=upstream
-        )
+        factory = operations.run_checks(self.plan, dtype=dtype, repeats=repeats, upstream=upstream)
         job = self._start("checks", factory, f"Checking {self.spec} ({dtype})", f"Checked {self.spec} ({dtype})")
         job.succeeded.connect(self._on_checks_done)
         job.failed.connect(lambda e: self._report("Checks failed", e))
@@ -211,13 +209,12 @@ class AppState(QObject):
         self.checks_finished.emit(result)
 
     def export(self, out_dir: Path, *, layout: str, max_shard_size: int | str, overwrite: bool) -> Job | None:
-        """Write a converted checkpoint of the open model to ``out_dir``."""
-        if self.inspection is None or self.jobs.busy:
+        """Write a converted checkpoint of the plan on show to ``out_dir``."""
+        if self.plan is None or self.jobs.busy:
             return None
         factory = operations.run_export(
-            self.inspection.source,
+            self.plan,
             Path(out_dir),
-            self.fusion_config,
             layout=layout,
             max_shard_size=max_shard_size,
             overwrite=overwrite,

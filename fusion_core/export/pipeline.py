@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, ExportError, UsageError
 from ..model.checkpoint import INDEX_FILE, CheckpointIndex, open_shard
+from ..plan.fusion_plan import as_plan
 from ..plan.layout import check_layout, check_shapes
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from . import files as fs
@@ -141,9 +142,9 @@ class _Producer:
 
 
 def iter_export(
-    source: str | os.PathLike[str] | ModelSource | Inspection,
+    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
-    fusion_config: FusionConfig | None,
+    fusion_config: FusionConfig | None = None,
     *,
     layout: str = "fused",
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
@@ -156,10 +157,11 @@ def iter_export(
     """Export ``source``'s checkpoint to ``out_dir`` in ``layout``, streaming and verified.
 
     Args:
-        source: a model folder (or any spec :func:`fusion_core.resolve` takes that has
-            weights), a resolved source, or an inspection.
+        source: the :class:`FusionPlan` to export (what the user previewed), or a model
+            folder (or any spec :func:`fusion_core.resolve` takes that has weights), a
+            resolved source, or an opened model.
         out_dir: the folder to create (or replace, with ``overwrite``).
-        fusion_config: the fusions, e.g. ``{"patch_embeddings": True}``.
+        fusion_config: the fusions when ``source`` is not a plan, e.g. ``{"patch_embeddings": True}``.
         layout: ``"fused"`` (keys of the fused modules, ``fusion_config`` in config.json)
             or ``"original"`` (the model's own layout, no ``fusion_config``). The source
             may hold either; :attr:`FusionPlan.layout` tells which.
@@ -190,12 +192,12 @@ def iter_export(
         raise UsageError(f"unknown layout {layout!r}; use 'fused' or 'original'")
     parse_size(max_shard_size)
     yield Progress(0, 0, "planning")
-    insp = _inspection(source, trust_remote_code)
+    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code, own_fusion_config=False)
+    insp = plan.inspection
     src = insp.source
     ckpt = src.checkpoint
     if ckpt is None or src.folder is None:
         raise ExportError(f"{src.name}: has no weights to export (give a model folder with safetensors weights)")
-    plan = insp.plan(fusion_config)
     if plan.is_empty and not allow_copy_as_is:
         why = "; ".join(plan.messages) or "no module matches the enabled fusions"
         raise ExportError(f"{src.name}: nothing to fuse ({why}); pass --copy-as-is to export it unchanged")
@@ -258,9 +260,9 @@ def iter_export(
 
 
 def export(
-    source: str | os.PathLike[str] | ModelSource | Inspection,
+    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
-    fusion_config: FusionConfig | None,
+    fusion_config: FusionConfig | None = None,
     *,
     progress: ProgressCallback | None = None,
     cancel: CancelToken | None = None,
@@ -273,16 +275,6 @@ def export(
         The errors of :func:`iter_export`.
     """
     return drive(iter_export(source, out_dir, fusion_config, **options), progress, cancel)
-
-
-def _inspection(source: Any, trust_remote_code: bool) -> Inspection:
-    from ..plan.fusion_plan import Inspection, inspect_model
-
-    if isinstance(source, Inspection):
-        return source
-    if isinstance(source, os.PathLike):
-        source = os.fspath(source)
-    return inspect_model(source, trust_remote_code=trust_remote_code)
 
 
 def _groups(plan: FusionPlan, layout: str, folder: Path) -> list[_Group]:

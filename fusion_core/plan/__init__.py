@@ -11,6 +11,7 @@ from .fusion_plan import (
     FusionConfig,
     FusionPlan,
     Inspection,
+    as_plan,
     inspect_model,
     validate_fusion_config,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "FusionConfig",
     "FusionPlan",
     "Inspection",
+    "as_plan",
     "inspect_model",
     "validate_fusion_config",
 ]

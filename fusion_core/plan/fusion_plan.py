@@ -11,12 +11,13 @@ layout -> original) used by export.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FamilyConflictError, InvalidFusionConfigError, ModelSourceError
+from ..errors import FamilyConflictError, InvalidFusionConfigError, ModelSourceError, UsageError
 from ..families import REGISTRY, get_family
 from .discovery import Discovery, discover
 from .key_names import Converted, Found, KeyMatcher
@@ -148,6 +149,16 @@ class FusionPlan:
     layout: str  # "original" | "fused" | "mixed" | "none" (no checkpoint or nothing to fuse)
     seconds: float = 0.0
     messages: list[str] = field(default_factory=list)
+    #: the opened model this plan was built on (meta model, tree, source): load, check and
+    #: export run on it, so what the user previewed is what runs
+    inspection: Inspection | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def source(self) -> ModelSource:
+        """The model source the plan was built for."""
+        if self.inspection is None:
+            raise ValueError("this FusionPlan was not built by Inspection.plan() and has no source")
+        return self.inspection.source
 
     @property
     def patch_mapping(self) -> dict[type, type]:
@@ -318,10 +329,11 @@ class Inspection:
             layout=layout,
             seconds=time.perf_counter() - t0,
             messages=messages,
+            inspection=self,
         )
 
 
-def inspect_model(source: ModelSource | str, *, trust_remote_code: bool = False) -> Inspection:
+def inspect_model(source: ModelSource | str | os.PathLike[str], *, trust_remote_code: bool = False) -> Inspection:
     """Open ``source`` (a spec or a resolved source): meta model and module tree.
 
     Raises:
@@ -331,8 +343,8 @@ def inspect_model(source: ModelSource | str, *, trust_remote_code: bool = False)
     from ..model.tree import build_meta_model, module_tree
 
     t0 = time.perf_counter()
-    if isinstance(source, str):
-        source = resolve(source, trust_remote_code=trust_remote_code)
+    if isinstance(source, (str, os.PathLike)):
+        source = resolve(os.fspath(source), trust_remote_code=trust_remote_code)
     model = build_meta_model(source)
     tree = module_tree(model)
     return Inspection(source, model, tree, time.perf_counter() - t0)
@@ -432,3 +444,50 @@ def _safe_shapes(fn, shapes):
     except ValueError:
         # shapes that do not match the model: shown as unknown; loading reports the error
         return [() for _ in shapes]
+
+
+def as_plan(
+    target: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
+    fusion_config: FusionConfig | None = None,
+    *,
+    trust_remote_code: bool = False,
+    own_fusion_config: bool = True,
+) -> FusionPlan:
+    """The plan to run: ``target`` itself when it is a plan, else one built on it (once).
+
+    load, check and export take a :class:`FusionPlan` (what the user previewed) or, for
+    convenience, a source plus ``fusion_config``; this is where the two meet.
+
+    Args:
+        target: a plan, an opened model, a resolved source or a model spec.
+        fusion_config: the families; with a plan, must be omitted or equal to the plan's.
+        trust_remote_code: see :func:`fusion_core.model.sources.resolve` (specs only).
+        own_fusion_config: when ``fusion_config`` is None, use the config's own
+            ``fusion_config`` (a fused-layout export records one).
+
+    Raises:
+        UsageError: a plan and a different ``fusion_config``, or a plan with no inspection.
+        UnknownFamilyError, InvalidFusionConfigError, FamilyConflictError: a bad ``fusion_config``.
+        ModelSourceError: the source cannot be opened.
+    """
+    if isinstance(target, FusionPlan):
+        if target.inspection is None:
+            raise UsageError("a FusionPlan made by hand cannot run; build it with Inspection.plan()")
+        if fusion_config is not None:
+            wanted = {name: (opts or True) for name, opts in validate_fusion_config(fusion_config)}
+            if wanted != target.fusion_config:
+                raise UsageError(
+                    f"both a plan ({target.fusion_config}) and a different fusion_config ({wanted}) were given"
+                )
+        return target
+    if isinstance(target, Inspection):
+        insp = target
+    else:
+        from ..model.sources import ModelSource
+
+        if not isinstance(target, ModelSource):
+            target = os.fspath(target)
+        insp = inspect_model(target, trust_remote_code=trust_remote_code)
+    if fusion_config is None and own_fusion_config:
+        fusion_config = getattr(insp.source.config, "fusion_config", None)
+    return insp.plan(fusion_config)

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ..model.sources import ModelSource
-    from ..plan.fusion_plan import FusionConfig
+    from ..plan.fusion_plan import FusionConfig, FusionPlan, Inspection
 
 
 def median_ms(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
@@ -85,7 +85,7 @@ def _sync_for(device: str) -> Callable[[], None]:
 
 
 def iter_check(
-    source: ModelSource | str | os.PathLike[str],
+    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,
     *,
     dtype: str = "float32",
@@ -98,8 +98,8 @@ def iter_check(
     """Check ``source`` fused with ``fusion_config`` against the original, as a progress generator.
 
     Args:
-        source: a model spec or resolved source with weights.
-        fusion_config: families to check (``None``: the config's own ``fusion_config``).
+        source: the :class:`FusionPlan` to check, or an opened model, source or spec with weights.
+        fusion_config: families to check when ``source`` is not a plan (``None``: the config's own ``fusion_config``).
         dtype: ``float32``, ``bfloat16`` or ``float16``; sets the tolerance (see :data:`TOLERANCES`).
         repeats: timed runs per side (medians are reported).
         upstream: also load through transformers' own fusion in a separate process.
@@ -114,17 +114,16 @@ def iter_check(
         CheckError: no synthetic input fits the model.
         LoadError, CheckpointError, ModelSourceError, UsageError: from loading.
     """
-    from ..plan.fusion_plan import inspect_model
-    from .loading import require_weights, resolve_source
+    from ..plan.fusion_plan import as_plan
+    from .loading import require_weights
 
     t0 = time.perf_counter()
     dtype_name = str(torch_dtype(dtype)).removeprefix("torch.")
     yield Progress(0, 6, "opening model")
-    src = resolve_source(source, trust_remote_code)
+    # one meta model and one plan for the whole check: the fused load, the original and upstream use them
+    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
+    src = plan.source
     require_weights(src)
-    if fusion_config is None:
-        fusion_config = getattr(src.config, "fusion_config", None)
-    plan = inspect_model(src).plan(fusion_config)
     atol, rtol = TOLERANCES[dtype_name]
     result = CheckResult(
         model=src.name,
@@ -143,10 +142,10 @@ def iter_check(
         result.seconds = time.perf_counter() - t0
         return result
     yield Progress(1, 6, "loading the fused model")
-    loaded = yield from _relay(iter_load(src, fusion_config, dtype=dtype_name, device=device), 1, 6)
+    loaded = yield from _relay(iter_load(plan, dtype=dtype_name, device=device), 1, 6)
     result.load = loaded.report()
     yield Progress(2, 6, "loading the original model")
-    original = load_plain(src, dtype=dtype_name, device=device)
+    original = load_plain(plan.inspection, dtype=dtype_name, device=device)
     paths = list(loaded.fused_modules)
     yield Progress(3, 6, "running the original model on synthetic inputs")
     inputs, captured, out_original = capture_and_run(original, paths, seed, device)
@@ -224,7 +223,7 @@ def _check_end_to_end(
 
 
 def check(
-    source: ModelSource | str | os.PathLike[str],
+    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,
     *,
     dtype: str = "float32",

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ..model.sources import ModelSource
-    from ..plan.fusion_plan import FusionConfig, FusionPlan
+    from ..plan.fusion_plan import FusionConfig, FusionPlan, Inspection
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -221,7 +221,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def iter_load(
-    source: ModelSource | str | os.PathLike[str],
+    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,
     *,
     dtype: str | torch.dtype = "float32",
@@ -231,9 +231,12 @@ def iter_load(
     """Load ``source`` with ``fusion_config`` applied, as a progress generator.
 
     Args:
-        source: a model spec or a resolved :class:`ModelSource` (must have weights).
-        fusion_config: the families to apply; ``None`` uses the config's own
-            ``fusion_config`` (a fused-layout export carries one), else nothing is fused.
+        source: the :class:`FusionPlan` to run (what the user previewed), or for
+            convenience an opened model, a resolved :class:`ModelSource` or a model spec
+            (must have weights).
+        fusion_config: the families to apply, when ``source`` is not a plan; ``None`` uses
+            the config's own ``fusion_config`` (a fused-layout export carries one), else
+            nothing is fused.
         dtype: ``float32``, ``bfloat16`` or ``float16``.
         device: where the model goes after loading (loading itself maps the files lazily).
         trust_remote_code: see :func:`fusion_core.model.sources.resolve`.
@@ -248,18 +251,16 @@ def iter_load(
     """
     from ..families import get_family
     from ..patching import scoped_patch
-    from ..plan.fusion_plan import inspect_model
+    from ..plan.fusion_plan import as_plan
 
     t0 = time.perf_counter()
     wanted = torch_dtype(dtype)
     dtype_name = str(wanted).removeprefix("torch.")
     yield Progress(0, 4, "opening model")
-    src = resolve_source(source, trust_remote_code)
+    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
+    insp = plan.inspection
+    src = insp.source
     require_weights(src)
-    if fusion_config is None:
-        fusion_config = getattr(src.config, "fusion_config", None)
-    insp = inspect_model(src)
-    plan = insp.plan(fusion_config)
     check_layout(plan, src)
     check_shapes(insp, plan)
     layout = plan.layout if plan.layout in ("original", "fused") else "none"
@@ -305,7 +306,7 @@ def iter_load(
 
 
 def load(
-    source: ModelSource | str | os.PathLike[str],
+    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,
     *,
     dtype: str | torch.dtype = "float32",
@@ -325,7 +326,7 @@ def load(
 
 
 def load_plain(
-    source: ModelSource | str | os.PathLike[str],
+    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
     *,
     dtype: str | torch.dtype = "float32",
     device: str = "cpu",
@@ -338,16 +339,21 @@ def load_plain(
     in (exact: the inverse transforms are reshapes and renames); that path reads every
     tensor into memory instead of mapping the files lazily.
 
+    ``source`` may be a plan or an opened model: its meta model and source are reused
+    (a check builds them once for both sides).
+
     Raises:
         LoadError, CheckpointError, ModelSourceError, UsageError: see :func:`iter_load`.
     """
-    from ..plan.fusion_plan import inspect_model
+    from ..plan.fusion_plan import FusionPlan, Inspection, inspect_model
 
     wanted = torch_dtype(dtype)
-    src = resolve_source(source, trust_remote_code)
+    if isinstance(source, FusionPlan):
+        source = source.inspection if source.inspection is not None else source.model
+    insp = source if isinstance(source, Inspection) else inspect_model(resolve_source(source, trust_remote_code))
+    src = insp.source
     require_weights(src)
     config = plain_config(src.config)
-    insp = inspect_model(src)
     own = getattr(src.config, "fusion_config", None)
     plan = insp.plan(own) if own else None
     if plan is not None and plan.layout in ("fused", "mixed"):
