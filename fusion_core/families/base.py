@@ -22,6 +22,23 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Workload:
+    """The sizes a check runs at; ``None`` means the model's own (its config or processor size).
+
+    Families make module sample inputs at this size (:meth:`FusionSpec.sample_inputs`);
+    the checks make end-to-end inputs from it.
+    """
+
+    batch: int = 1
+    seq_len: int | None = None  # text tokens
+    image_size: int | None = None  # pixels (square)
+    frames: int | None = None  # video frames
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class Verdict:
     """Whether one module can be fused, and why not."""
 
@@ -91,6 +108,22 @@ class FusionSpec:
 
     def empty_message(self, model_name: str) -> str:
         return f"no module of {model_name} can be fused by {self.name!r}"
+
+    def sample_inputs(
+        self, module: nn.Module, config: PretrainedConfig | None, workload: Workload
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Inputs made for one matched module (``(args, kwargs)``), to run it on its own.
+
+        Used when an end-to-end run cannot reach the module (text-only inputs of a VL
+        model, a dual-tower model, a model too large to load): the check then runs the
+        original and the fused module on these inputs. Tensors are on ``workload.device``
+        in ``workload.dtype`` and seeded by ``workload.seed``.
+
+        Raises:
+            NotImplementedError: the family supplies no sample inputs.
+            ValueError: no inputs can be made for this module (the message says why).
+        """
+        raise NotImplementedError(f"family {self.name!r} supplies no sample inputs")
 
     def options_schema(self) -> Mapping[str, Any]:
         """Options the family accepts in ``fusion_config`` (none by default)."""
