@@ -134,6 +134,16 @@ class CheckpointIndex:
     def keys(self) -> list[str]:
         return list(self.tensors)
 
+    @property
+    def reason(self) -> str:
+        """Which file holds the weights, and why it is the one transformers loads too."""
+        if self.index_file:
+            return (
+                f"{self.index_file} ({len(self.files)} shard(s)), the folder's sharded safetensors checkpoint; "
+                "no model.safetensors beside it, so transformers loads the same shards"
+            )
+        return f"{self.files[0]}, the folder's single safetensors checkpoint (the file transformers loads)"
+
 
 def _fail(path: Path, what: str) -> CheckpointError:
     return CheckpointError(f"{path}: {what}")
@@ -313,14 +323,22 @@ def read_index(folder: Path) -> CheckpointIndex | None:
         (``model.safetensors``) checkpoint, or ``None`` when there is neither.
 
     Raises:
-        CheckpointError: a corrupt index or shard, a missing shard, or a shard name that
-            leaves the folder (the message names the index entry).
+        CheckpointError: a corrupt index or shard, a missing shard, a shard name or a file
+            that leaves the folder (the message names the index entry), or both a single
+            file and an index (transformers would load the single file, unvalidated).
     """
     folder = Path(folder)
     index_path = folder / INDEX_FILE
     single = folder / SINGLE_FILE
+    if os.path.lexists(index_path) and os.path.lexists(single):
+        # transformers loads model.safetensors and ignores the index; we would validate the
+        # shards: the bytes checked would not be the bytes loaded
+        raise CheckpointError(
+            f"{folder}: holds both {SINGLE_FILE} and {INDEX_FILE}; transformers would load {SINGLE_FILE} and "
+            "ignore the index's shards, so which weights count is ambiguous; refused. Remove one of them"
+        )
     if os.path.lexists(index_path):
-        weight_map = _read_weight_map(index_path)
+        weight_map = _read_weight_map(safe_member(folder, INDEX_FILE, str(folder)))
         first_key: dict[str, str] = {}
         for key, fname in weight_map.items():
             first_key.setdefault(fname, key)

@@ -26,25 +26,29 @@ A model folder is data, never code:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, ModelSourceError, RemoteCodeError, UnsafeModelError
-from .checkpoint import CheckpointIndex, read_index, read_regular_file
+from ..errors import CheckpointError, ConfigError, ModelSourceError, RemoteCodeError, UnsafeModelError
+from .checkpoint import CheckpointIndex, read_index, safe_member
 from .classes import model_class_for, resolve_model_class
 from .safety import (
+    GENERATION_CONFIG,
     MAX_CONFIG_DEPTH,
     MAX_LAYERS,
     MAX_MODULES,
+    check_config_costs,
     check_model_size,
     estimate_modules,
     module_budget,
+    read_json_object,
     remote_code_files,
+    side_file_limit,
     without_remote_code,
 )
 
@@ -100,7 +104,8 @@ class ModelSource:
 
     def describe(self) -> str:
         weights = (
-            f"{len(self.checkpoint.tensors)} tensors in {len(self.checkpoint.files)} file(s)"
+            f"{len(self.checkpoint.tensors)} tensors in {len(self.checkpoint.files)} file(s); "
+            f"weights: {self.checkpoint.reason}"
             if self.checkpoint
             else "no weights (config only)"
         )
@@ -162,21 +167,10 @@ def read_config_dict(path: Path) -> dict[str, Any]:
         The JSON object.
 
     Raises:
-        ConfigError: unreadable, too large, not JSON, not an object, or too deeply nested.
+        ConfigError: unreadable, too large, not JSON, not an object, too deeply nested, a
+            repeated key or a NaN/Infinity (strict JSON: two parsers must not disagree).
     """
-    raw = read_regular_file(path, MAX_CONFIG_BYTES, ConfigError)
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except ValueError as e:  # e.g. an integer with more digits than Python converts
-        raise ConfigError(f"{path}: not a usable JSON document ({str(e)[:120]})") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels)") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: must hold a JSON object, found {type(data).__name__}")
+    data = read_json_object(path, MAX_CONFIG_BYTES, ConfigError)
     if _depth(data) > MAX_CONFIG_DEPTH:
         raise ConfigError(f"{path}: nested too deeply (more than {MAX_CONFIG_DEPTH} levels)")
     return data
@@ -234,6 +228,7 @@ def config_from_dict(
             "(upgrade transformers, or check the config)"
         )
     check_model_size(data, where)
+    check_config_costs(data, where)
     if files:
         notes.append(
             f"custom code in config.json ({', '.join(files)}) was not run: shown with the class transformers "
@@ -273,10 +268,16 @@ def _from_arch(spec: str, model_type: str, model_class: str | None) -> ModelSour
 
 def _from_config_file(spec: str, path: Path, trust: bool, model_class: str | None) -> ModelSource:
     notes: list[str] = []
-    config = config_from_dict(read_config_dict(path), str(path), trust_remote_code=trust, notes=notes)
-    cls = model_class_for(config, model_class)
     folder = path.parent
-    checkpoint = _checkpoint_of(folder) if path.name == CONFIG_FILE else None
+    _inside(folder, path.name, "config.json")
+    data = read_config_dict(path)
+    config = config_from_dict(data, str(path), trust_remote_code=trust, notes=notes)
+    cls = model_class_for(config, model_class)
+    checkpoint = None
+    if path.name == CONFIG_FILE:
+        checkpoint = _checkpoint_of(folder)
+        _check_explicit_weights(data, folder, checkpoint)
+        check_side_files(folder)
     return ModelSource(
         spec=spec,
         kind="folder",
@@ -288,6 +289,70 @@ def _from_config_file(spec: str, path: Path, trust: bool, model_class: str | Non
         trust_remote_code=trust,
         notes=notes,
     )
+
+
+def _inside(folder: Path, name: str, what: str) -> Path:
+    """``folder / name``, refused when it is a link resolving outside the folder."""
+    try:
+        return safe_member(folder, name, f"{folder}: {what}")
+    except CheckpointError as e:
+        raise UnsafeModelError(str(e).replace("shard ", "file ", 1)) from None
+
+
+def _check_explicit_weights(data: dict[str, Any], folder: Path, checkpoint: CheckpointIndex | None) -> None:
+    """Refuse ``transformers_weights`` naming anything but the checkpoint we validated.
+
+    transformers loads the file it names instead of ``model.safetensors`` (even a pickle
+    ``adapter_model.bin``): the bytes validated would not be the bytes loaded.
+    """
+    if "transformers_weights" not in data or data["transformers_weights"] is None:
+        return
+    named = data["transformers_weights"]
+    ours = None if checkpoint is None else (checkpoint.index_file or checkpoint.files[0])
+    if named == ours:
+        return
+    used = f"{ours}, the checkpoint Fusion Inspector validates" if ours else "no safetensors checkpoint"
+    raise UnsafeModelError(
+        f"{folder / CONFIG_FILE}: transformers_weights names {str(named)[:200]!r}, so transformers would load "
+        f"that file instead of {used}; refused (the weights checked must be the weights loaded). Remove the "
+        "field, or convert that file to model.safetensors"
+    )
+
+
+def check_side_files(folder: Path) -> None:
+    """Refuse side files transformers reads (generation config, tokenizer, processor) that are unsafe to read.
+
+    Each must be a regular file inside the folder and within its size limit
+    (:func:`~fusion_core.model.safety.side_file_limit`); ``generation_config.json`` is
+    also parsed strictly, since loading reads it.
+
+    Raises:
+        UnsafeModelError: a side file links out of the folder.
+        ConfigError: a side file too large, not a regular file, or an invalid generation config.
+    """
+    try:
+        with os.scandir(folder) as it:
+            entries = [(e.name, Path(e.path)) for e in it]
+    except OSError as e:
+        raise ModelSourceError(f"{folder}: cannot be listed ({e.strerror or e})") from None
+    for name, path in sorted(entries):
+        limit = side_file_limit(name)
+        if limit is None:
+            continue
+        _inside(folder, name, name)
+        try:
+            st = path.stat()
+        except OSError:
+            raise ConfigError(f"{path}: cannot be read (a broken link?); remove it or fix it") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file; refused")
+        if st.st_size > limit:
+            raise ConfigError(
+                f"{path}: {st.st_size:,} bytes, larger than the {limit:,} byte limit for this file; refused "
+                "(transformers would read it whole)"
+            )
+        if name == GENERATION_CONFIG:
+            read_json_object(path, limit, ConfigError)
 
 
 def _from_folder(spec: str, folder: Path, trust: bool, model_class: str | None) -> ModelSource:
