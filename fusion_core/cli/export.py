@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
+from ..text import printable
 from .output import print_json, run_with_progress, table
 
 
@@ -65,6 +67,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
     )
     result = run_with_progress(gen, desc="export", quiet=args.json)
+    for note in result.verification.notes:  # e.g. leftovers of a killed export, removed
+        print(f"fusion-core: note: {printable(note)}", file=sys.stderr)
     if args.json:
         print_json(result.to_dict())
         return 0

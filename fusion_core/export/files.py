@@ -12,14 +12,29 @@ from __future__ import annotations
 import errno
 import json
 import os
-import secrets
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExportError
-from ..model.checkpoint import allowed_roots
+from ..errors import ExportError, UsageError
+from ..model.checkpoint import INDEX_FILE, SINGLE_FILE, allowed_roots
+from . import staging
+from .staging import clean_stale, make_temp_sibling, remove_tree, sync_folder
+
+__all__ = [
+    "Destination",
+    "check_destination",
+    "clean_stale",
+    "copy_other_files",
+    "describe_os_error",
+    "export_config",
+    "make_temp_sibling",
+    "move_into_place",
+    "plan_other_files",
+    "remove_tree",
+    "sync_folder",
+]
 
 CONFIG_FILE = "config.json"
 # Weights in another format would describe the source layout, not the exported one.
@@ -46,6 +61,7 @@ class Destination:
     path: Path
     replaces: bool  # an existing non-empty folder will be replaced (overwrite)
     exists: bool
+    notes: list[str] = field(default_factory=list)  # leftovers of killed exports, removed
 
 
 def check_destination(source_folder: Path, out_dir: str | os.PathLike[str], *, overwrite: bool) -> Destination:
@@ -54,28 +70,33 @@ def check_destination(source_folder: Path, out_dir: str | os.PathLike[str], *, o
     Args:
         source_folder: the model folder being exported.
         out_dir: what the user named.
-        overwrite: allow replacing a non-empty folder.
+        overwrite: allow replacing a non-empty folder that holds a model export.
 
     Returns:
-        The checked destination (its parent exists afterwards).
+        The checked destination (its parent exists afterwards). The leftovers of exports
+        to it that were killed (their process is gone) are removed first, and said in
+        ``notes``.
 
     Raises:
-        ExportError: naming the path and what to do.
+        UsageError: an empty name (an unset ``$OUT``), the root, the home folder, the
+            working directory, or an ancestor of the source or of the working directory.
+        ExportError: inside the source, a link, a file, not empty without ``overwrite``,
+            or (with ``overwrite``) a folder that is not a model export; naming the path.
     """
-    out = Path(os.path.abspath(os.path.expanduser(os.fspath(out_dir))))
+    raw = os.fspath(out_dir)
+    if not raw.strip():
+        raise UsageError("export: the destination is empty (an unset variable?); name the folder to create")
+    out = Path(os.path.abspath(os.path.expanduser(raw)))
     if out.is_symlink():
         raise ExportError(
             f"{out}: is a symbolic link (to {os.readlink(out)}); an export never follows a link out of the "
             "folder you named. Give the real folder instead"
         )
-    if out.parent == out:
-        raise ExportError(f"{out}: is the root of the file system; choose a folder to create")
-    src = Path(source_folder).resolve()
     real = out.resolve()
+    src = Path(source_folder).resolve()
+    _refuse_precious(out, real, src)
     if real == src or src in real.parents:
         raise ExportError(f"{out}: is inside the source model folder {src}; choose a folder outside it")
-    if real in src.parents:
-        raise ExportError(f"{out}: contains the source model folder {src}; choose a folder outside it")
     parent = out.parent
     if parent.exists() and not parent.is_dir():
         raise ExportError(f"{out}: cannot be created: {parent} is a file, not a folder")
@@ -84,6 +105,7 @@ def check_destination(source_folder: Path, out_dir: str | os.PathLike[str], *, o
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ExportError(f"{out}: cannot create its parent folder {parent} ({e.strerror or e})") from None
+    notes = clean_stale(out)  # a killed export's temp folders; an interrupted swap is rolled back
     exists = out.exists()
     if exists and not out.is_dir():
         raise ExportError(f"{out}: exists and is not a folder; choose another destination")
@@ -91,83 +113,54 @@ def check_destination(source_folder: Path, out_dir: str | os.PathLike[str], *, o
     if exists:
         try:
             with os.scandir(out) as entries:
-                nonempty = next(entries, None) is not None
+                names = {e.name for e in entries}
         except OSError as e:
             raise ExportError(f"{out}: cannot be read ({e.strerror or e})") from None
-        if nonempty and not overwrite:
+        if names and not overwrite:
             raise ExportError(
                 f"{out}: is not empty; pass --overwrite to replace it (the old folder is kept until the new "
                 "one is complete and verified)"
             )
-        replaces = nonempty
-    return Destination(out, replaces, exists)
+        if names and not _is_model_export(names):
+            raise ExportError(
+                f"{out}: is not empty and holds no model export (config.json with safetensors weights); "
+                "--overwrite only replaces a previous export. Choose a new or empty folder"
+            )
+        replaces = bool(names)
+    return Destination(out, replaces, exists, notes)
 
 
-def make_temp_sibling(dest: Path) -> Path:
-    """Create an empty, hidden sibling folder of ``dest`` (same file system: rename works).
+def _refuse_precious(out: Path, real: Path, src: Path) -> None:
+    """The folders an export must never replace, whatever the flags (exit 2: a usage error)."""
+    cwd = Path.cwd().resolve()
+    home = Path.home().resolve()
+    why = None
+    if real.parent == real:
+        why = "is the root of the file system"
+    elif real == home:
+        why = "is your home folder"
+    elif real == cwd:
+        why = "is the working directory"
+    elif real in cwd.parents:
+        why = "contains the working directory"
+    elif real in src.parents:
+        why = f"contains the source model folder {src}"
+    if why:
+        raise UsageError(f"export: {out} {why}; an export never writes there. Name a new folder for the export")
 
-    Raises:
-        ExportError: the parent folder is not writable.
-    """
-    for _ in range(100):
-        tmp = dest.parent / f".{dest.name}.export-{secrets.token_hex(4)}"
-        try:
-            tmp.mkdir(mode=0o777)  # honours the umask, unlike mkdtemp's 0700
-            return tmp
-        except FileExistsError:
-            continue
-        except OSError as e:
-            raise ExportError(f"{dest}: cannot write into {dest.parent} ({e.strerror or e})") from None
-    raise ExportError(f"{dest}: cannot create a temporary folder in {dest.parent}")
+
+def _is_model_export(names: set[str]) -> bool:
+    """A folder that holds what an export writes: config.json and safetensors weights."""
+    return CONFIG_FILE in names and (SINGLE_FILE in names or INDEX_FILE in names)
 
 
 def move_into_place(tmp: Path, dest: Destination) -> None:
-    """Rename the finished ``tmp`` folder to the destination; the old folder goes last.
+    """Move the finished ``tmp`` folder to the destination (atomically swapped when it replaces one).
 
     Raises:
         ExportError: the rename failed; ``dest`` is as it was.
     """
-    path = dest.path
-    sync_folder(tmp)
-    if not dest.replaces:
-        try:
-            if dest.exists:
-                os.rmdir(path)  # an empty folder (POSIX rename would replace it; Windows would not)
-            os.rename(tmp, path)
-        except OSError as e:
-            raise ExportError(f"{path}: cannot move the export into place ({e.strerror or e})") from None
-        sync_folder(path.parent)
-        return
-    old = path.parent / f".{path.name}.old-{secrets.token_hex(4)}"
-    try:
-        os.rename(path, old)
-    except OSError as e:
-        raise ExportError(f"{path}: cannot move the old folder aside ({e.strerror or e})") from None
-    try:
-        os.rename(tmp, path)
-    except OSError as e:
-        os.rename(old, path)
-        raise ExportError(f"{path}: cannot move the export into place ({e.strerror or e}); kept the old one") from None
-    sync_folder(path.parent)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def sync_folder(folder: Path) -> None:
-    """fsync a folder so that renames and new entries survive a crash (best effort)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def remove_tree(folder: Path) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
+    staging.move_into_place(tmp, dest.path, dest.replaces)
 
 
 def _inside(path: Path, roots: list[Path]) -> bool:

@@ -229,6 +229,7 @@ def iter_export(
             raise fs.describe_os_error(e, dest.path, total) from None
         yield Progress(total, total, "verifying headers")
         verification = _verify_written(tmp, wplan, ckpt, groups)
+        verification.notes.extend(dest.notes)  # leftovers of a killed export, removed
         if verify_outputs:
             yield Progress(total, total, "verifying outputs (loading the export back)")
             from .verify import compare_outputs

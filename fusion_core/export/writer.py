@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CheckpointError, ExportError, UsageError
 from ..model.checkpoint import DTYPE_SIZES, INDEX_FILE, SINGLE_FILE, ST_TO_TORCH, TensorInfo, safe_member
 from ..progress import Progress
+from .staging import fault_point
 
 if TYPE_CHECKING:
     import torch
@@ -415,6 +416,7 @@ def iter_write(
                 sink.abort()
                 raise
             sink.finish(sync)
+            fault_point("shard-written")
         index = plan.index()
         if index is not None:
             path = folder / INDEX_FILE

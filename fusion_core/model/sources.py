@@ -322,12 +322,13 @@ def _check_explicit_weights(data: dict[str, Any], folder: Path, checkpoint: Chec
 def check_side_files(folder: Path) -> None:
     """Refuse side files transformers reads (generation config, tokenizer, processor) that are unsafe to read.
 
-    Each must be a regular file inside the folder and within its size limit
-    (:func:`~fusion_core.model.safety.side_file_limit`); ``generation_config.json`` is
-    also parsed strictly, since loading reads it.
+    Each must be a regular file within its size limit
+    (:func:`~fusion_core.model.safety.side_file_limit`). ``generation_config.json``, which
+    every load reads, must also stay inside the folder and parse strictly. (Other links
+    out of the folder are not copied by an export.)
 
     Raises:
-        UnsafeModelError: a side file links out of the folder.
+        UnsafeModelError: ``generation_config.json`` links out of the folder.
         ConfigError: a side file too large, not a regular file, or an invalid generation config.
     """
     try:
@@ -339,7 +340,8 @@ def check_side_files(folder: Path) -> None:
         limit = side_file_limit(name)
         if limit is None:
             continue
-        _inside(folder, name, name)
+        if name == GENERATION_CONFIG:  # read by every load: it must be the folder's own
+            _inside(folder, name, name)
         try:
             st = path.stat()
         except OSError:

@@ -65,4 +65,4 @@ def folder_digest(folder: Path) -> dict[str, str]:
 
 def leftovers(parent: Path) -> list[str]:
     """Hidden temporary folders an export may have left next to its destination."""
-    return sorted(p.name for p in parent.iterdir() if p.name.startswith(".") and ".export-" in p.name)
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(".") and "export-" in p.name)

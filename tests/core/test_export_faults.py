@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 
 import fusion_core.export.writer as writer
 from fusion_core import Cancelled, CancelToken, CheckpointError, ExportError, FusionError, Progress, export
+from fusion_core.errors import UsageError
 from fusion_core.model.checkpoint import INDEX_FILE
 
 
@@ -106,8 +107,9 @@ def test_disk_full_while_overwriting_keeps_the_old_folder(
     src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    out.mkdir()
+    export(src, out, FUSION, verify_outputs=False)  # a previous export: --overwrite may replace it
     (out / "precious.txt").write_text("keep me\n")
+    before = folder_digest(out)
 
     class FullDisk(writer.ShardSink):
         def _open(self, path: Path) -> int:
@@ -116,7 +118,7 @@ def test_disk_full_while_overwriting_keeps_the_old_folder(
 
     monkeypatch.setattr(writer, "ShardSink", FullDisk)
     _fails(src, out, ExportError, "no space left", overwrite=True)
-    assert sorted(os.listdir(out)) == ["precious.txt"]
+    assert folder_digest(out) == before
     monkeypatch.undo()
     export(src, out, FUSION, overwrite=True, verify_outputs=False)
     assert not (out / "precious.txt").exists() and (out / "model.safetensors").is_file()
@@ -158,7 +160,8 @@ def test_refused_destinations(src: Path, tmp_path: Path, where: str) -> None:
         out.symlink_to(elsewhere)
     else:
         out, words = tmp_path, ("contains the source",)
-    _fails(src, out, ExportError, *words, overwrite=True)
+    error = UsageError if where == "parent" else ExportError  # an ancestor of the source: exit 2
+    _fails(src, out, error, *words, overwrite=True)
     assert list(elsewhere.iterdir()) == []
     assert not (src / "sub").exists()
 
@@ -204,6 +207,7 @@ def test_overwrite_never_follows_links_in_the_old_folder(src: Path, tmp_path: Pa
     out.mkdir()
     (out / "link").symlink_to(outside)
     (out / "model.safetensors").symlink_to(outside / "keep.txt")
+    (out / "config.json").write_text("{}")  # it looks like an export: --overwrite may replace it
     export(src, out, FUSION, overwrite=True, verify_outputs=False)
     assert (outside / "keep.txt").read_text() == "outside the destination\n"
     assert not (out / "model.safetensors").is_symlink() and not (out / "link").exists()
