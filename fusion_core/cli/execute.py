@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .args import device_arg, seed_arg
 from .output import print_json, run_with_progress, table
 
 DTYPE_CHOICES = ("float32", "bfloat16", "float16")
@@ -21,7 +22,7 @@ def register(sub: Any) -> None:
     p.add_argument("model", help="folder, config.json, demo:<name> or org/name (with weights)")
     _common(p)
     p.add_argument("--repeats", type=int, default=5, metavar="N", help="timed runs per side (medians; default 5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the synthetic inputs (default 0)")
     p.add_argument(
         "--no-upstream", action="store_true", help="skip the upstream parity check (transformers' own fusion)"
     )
@@ -37,7 +38,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="family to apply (repeatable; default: the config's own fusion_config)",
     )
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="weights and compute dtype")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--device", type=device_arg, default="cpu", help="torch device (default cpu)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..text import printable
 from .output import human_count, print_json, table
 
 
@@ -46,7 +47,7 @@ def _open(args: argparse.Namespace):
 
     insp = inspect_model(args.model, trust_remote_code=args.trust_remote_code)
     for note in insp.source.notes:  # e.g. what --trust-remote-code did and did not do
-        print(f"fusion-core: note: {note}", file=sys.stderr)
+        print(f"fusion-core: note: {printable(note)}", file=sys.stderr)
     return insp
 
 

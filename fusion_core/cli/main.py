@@ -1,8 +1,9 @@
 """``fusion-core``: the command-line face of the engine.
 
 Human output is plain tables; ``--json`` output is stable (documented in the README).
-Errors: one line on stderr; exit 2 for usage errors, 1 for model/file errors, never a
-traceback unless ``--debug``. Subcommands live in :mod:`fusion_core.cli`.
+Errors: one line on stderr (control characters escaped: names come from untrusted
+folders); exit 2 for usage errors, 1 for model/file errors, never a traceback unless
+``--debug``. Subcommands live in :mod:`fusion_core.cli`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ..errors import FusionError, UsageError, one_line
+from ..text import printable
 from . import execute, export, inspect
 
 # the command groups, registered explicitly (a wrong name fails at import, never skipped)
@@ -78,13 +80,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in args.family_file:
             from ..families import load_family_file
 
+            if not os.path.isfile(os.path.expanduser(path)):
+                raise UsageError(f"--family-file {printable(path)}: no such file")
             load_family_file(path)
         handler: Callable[[argparse.Namespace], int] = args.func
         return int(handler(args) or 0)
     except FusionError as e:
         if debug:
             raise
-        print(f"fusion-core: error: {one_line(e)}", file=sys.stderr)
+        print(f"fusion-core: error: {printable(one_line(e))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("fusion-core: interrupted", file=sys.stderr)
@@ -95,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         print(
-            f"fusion-core: internal error: {type(e).__name__}: {one_line(e)} (run with --debug)",
+            f"fusion-core: internal error: {type(e).__name__}: {printable(one_line(e))} (run with --debug)",
             file=sys.stderr,
         )
         return 1

@@ -25,6 +25,7 @@ import re
 import struct
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,7 @@ _READ_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC"
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
 # copy_file_range refuses some pairs of files (other file systems, devices): use read + write
 _NO_FAST_COPY = {errno.EINVAL, errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM}
+MAX_SHARD_SIZE = 2**63 - 1  # a file offset
 _SIZE_UNITS = {"TB": 10**12, "GB": 10**9, "MB": 10**6, "KB": 10**3}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]B)?\s*$", re.IGNORECASE)
 
@@ -96,10 +98,15 @@ def parse_size(value: int | str) -> int:
         m = _SIZE_RE.match(str(value))
         if m is None:
             raise UsageError(f"invalid shard size {value!r}: give e.g. 5GB, 200MB or a number of bytes")
-        number, unit = float(m.group(1)), m.group(2)
+        digits, unit = m.group(1), m.group(2)
+        if len(digits) > 30:  # float() of 400 digits is infinity
+            raise UsageError(f"invalid shard size {value[:40]!r}...: too large")
+        number = Decimal(digits)
         size = int(number * _SIZE_UNITS[unit.upper()]) if unit else int(number)
     if size < 1:
         raise UsageError(f"invalid shard size {value!r}: must be positive")
+    if size > MAX_SHARD_SIZE:
+        raise UsageError(f"invalid shard size {str(value)[:40]!r}: larger than {MAX_SHARD_SIZE} bytes")
     return size
 
 

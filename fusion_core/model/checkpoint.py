@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
+from ..text import printable
 from .safety import DuplicateKeyError, open_regular, read_regular_file, strict_json_loads
 
 SINGLE_FILE = "model.safetensors"
@@ -204,6 +205,10 @@ def _is_u64(value: Any) -> bool:
 
 
 def _tensor_info(path: Path, name: str, key: str, entry: Any, data_start: int) -> TensorInfo:
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800"): valid JSON, not valid text
+        raise _fail(path, f"tensor name '{printable(key)}' is not valid Unicode (a lone surrogate); refused") from None
     if not isinstance(entry, dict):
         raise _fail(path, f"tensor {key!r}: entry is not an object")
     dtype = entry.get("dtype")

@@ -395,12 +395,23 @@ def _from_hub(repo_id: str, trust: bool, model_class: str | None) -> ModelSource
             raise ModelSourceError(
                 f"{repo_id}: not in the local Hugging Face cache, and the hub is offline (HF_HUB_OFFLINE)"
             )
+        import logging
+
         from huggingface_hub import hf_hub_download
 
+        hub_log = logging.getLogger("huggingface_hub")
+        level = hub_log.level
+        hub_log.setLevel(logging.ERROR)  # its retries log a warning each: the error below says it once
         try:
             folder = Path(hf_hub_download(repo_id, CONFIG_FILE)).parent
         except Exception as e:
-            raise ModelSourceError(f"{repo_id}: not in the local Hugging Face cache, and download failed: {e}") from e
+            reason = _first_line(e).split(". ")[0][:200]
+            raise ModelSourceError(
+                f"{repo_id}: not in the local Hugging Face cache, and config.json could not be downloaded "
+                f"({type(e).__name__}: {reason}); check the name and the connection"
+            ) from None
+        finally:
+            hub_log.setLevel(level)
     source = _from_folder(repo_id, folder, trust, model_class)
     source.kind = "hub"
     source.name = repo_id
