@@ -26,7 +26,7 @@ from .panels.export_dialog import ExportDialog
 from .panels.fusions import FusionsPanel
 from .panels.log_panel import LogPanel
 from .panels.mapping import MappingPanel
-from .panels.open_dialog import OpenDialog
+from .panels.open_dialog import OpenDialog, trust_prompt
 from .panels.transforms import TransformsPanel
 from .panels.tree_panel import TreePanel
 from .state import AppState
@@ -49,6 +49,7 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(style.app_icon())
         self.setAcceptDrops(True)
         self.error_boxes: list[QMessageBox] = []
+        self.trust_box: QMessageBox | None = None
         self.dialog: QWidget | None = None
 
         self.log_panel = LogPanel()
@@ -89,6 +90,7 @@ class MainWindow(QMainWindow):
         s = self.state
         s.model_changed.connect(self._on_model_changed)
         s.error_raised.connect(self._on_error_raised)
+        s.trust_requested.connect(self._on_trust_requested)
         s.job_started.connect(self._on_job_started)
         s.job_progressed.connect(self._on_job_progressed)
         s.job_ended.connect(self._on_job_ended)
@@ -253,6 +255,11 @@ class MainWindow(QMainWindow):
     # state -> window -------------------------------------------------------------------
     def _on_error_raised(self, title: str, message: str, details: str) -> None:
         self.show_error(title, message, details)
+
+    def _on_trust_requested(self, spec: str, files: list[str]) -> None:
+        self.trust_box = trust_prompt(self, spec, files)
+        self.trust_box.accepted.connect(lambda: self.state.open_model(spec, trust_remote_code=True))
+        self.trust_box.open()
 
     def _on_model_changed(self, insp: Inspection) -> None:
         src = insp.source

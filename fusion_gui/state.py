@@ -44,6 +44,7 @@ class AppState(QObject):
     reveal_requested = Signal(str)  # someone wants this module shown in the tree
     opening = Signal(str)  # spec being opened
     open_failed = Signal(str, str)  # spec, message
+    trust_requested = Signal(str, list)  # spec, the custom code files its config names (never run)
     error_raised = Signal(str, str, str)  # title, message, details
     checks_finished = Signal(object)  # CheckResult
     checks_cleared = Signal()
@@ -76,15 +77,25 @@ class AppState(QObject):
     def busy(self) -> bool:
         return self.jobs.busy
 
-    def open_model(self, spec: str) -> Job | None:
-        """Open ``spec`` in the background; the current model stays until it succeeds."""
+    def open_model(self, spec: str, *, trust_remote_code: bool = False) -> Job | None:
+        """Open ``spec`` in the background; the current model stays until it succeeds.
+
+        A config with custom code (``auto_map``) emits ``trust_requested`` instead of an
+        error; opening it again with ``trust_remote_code`` builds the class transformers
+        ships for its model_type (the folder's code is still never run).
+        """
         spec = spec.strip()
         if not spec:
             return None
         if self.jobs.busy:
             self.error_raised.emit("Busy", f"Wait for the {self.jobs.current.name} job to finish, or cancel it.", "")
             return None
-        job = self._start("open", operations.open_model(spec), f"Opening {spec}", f"Opened {spec}")
+        job = self._start(
+            "open",
+            operations.open_model(spec, trust_remote_code=trust_remote_code),
+            f"Opening {spec}",
+            f"Opened {spec}",
+        )
         job.succeeded.connect(lambda insp: self._on_opened(spec, insp))
         job.failed.connect(lambda e: self._on_open_error(spec, e))
         self.opening.emit(spec)
@@ -112,7 +123,14 @@ class AppState(QObject):
         self._replan()
 
     def _on_open_error(self, spec: str, error: BaseException) -> None:
+        from fusion_core.errors import RemoteCodeError
+
         message, details = error_text(error)
+        if isinstance(error, RemoteCodeError):  # the window asks; opening never runs the code
+            log.warning("%s asks for custom code: %s", spec, ", ".join(error.files))
+            self.open_failed.emit(spec, message)
+            self.trust_requested.emit(spec, list(error.files))
+            return
         log.error("cannot open %s: %s", spec, message)
         self.open_failed.emit(spec, message)
         self.error_raised.emit(f"Cannot open {spec}", message, details)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QSortFilterProxyModel, QStringListModel, Qt
@@ -15,6 +16,7 @@ from PySide6.QtWidgets import (
     QListView,
     QListWidget,
     QListWidgetItem,
+    QMessageBox,
     QPushButton,
     QTabWidget,
     QVBoxLayout,
@@ -174,3 +176,26 @@ class OpenDialog(QDialog):
     def _on_accepted(self) -> None:
         if self.spec():
             self.accept()
+
+
+def trust_prompt(parent: QWidget, spec: str, files: list[str]) -> QMessageBox:
+    """The question asked before opening a model whose config names custom code.
+
+    Accepting opens the model with the class transformers ships for its model_type: the
+    folder's own code is never imported or run (docs/security.md). The box is returned
+    unopened; the caller connects ``accepted`` and calls ``open()`` (window-modal).
+    """
+    shown = "".join(f"<li><code>{html.escape(f)}</code></li>" for f in files) or "<li>auto_map</li>"
+    box = QMessageBox(
+        QMessageBox.Icon.Warning,
+        "Custom code in this model",
+        f"<p><b>{html.escape(spec)}</b> asks for custom modeling code:</p><ul>{shown}</ul>"
+        "<p>Fusion Inspector never runs a model's own code. It can show this model with the class "
+        "transformers ships for its <code>model_type</code> instead, which may differ from the custom "
+        "code.</p><p>Open it that way?</p>",
+        QMessageBox.StandardButton.Open | QMessageBox.StandardButton.Cancel,
+        parent,
+    )
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    box.setTextFormat(Qt.TextFormat.RichText)
+    return box
