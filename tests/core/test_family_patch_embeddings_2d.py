@@ -93,16 +93,17 @@ class _Embeddings(nn.Module):
 
 @pytest.mark.parametrize(
     ("conv", "reason"),
-    [
-        (nn.Conv2d(3, 8, 4, stride=2), "stride (2, 2) != kernel (4, 4)"),
-        (nn.Conv2d(3, 8, 4, stride=4, padding=1), "padding (1, 1) is not zero"),
-        (nn.Conv2d(3, 8, 4, stride=4, dilation=2), "dilation (2, 2) is not 1"),
-        (nn.Conv2d(4, 8, 4, stride=4, groups=2), "groups 2 != 1"),
+    [  # Conv2d arguments: the module is built in the test, not at collection time
+        ({"stride": 2}, "stride (2, 2) != kernel (4, 4)"),
+        ({"stride": 4, "padding": 1}, "padding (1, 1) is not zero"),
+        ({"stride": 4, "dilation": 2}, "dilation (2, 2) is not 1"),
+        ({"stride": 4, "groups": 2}, "groups 2 != 1"),
     ],
+    ids=["stride", "padding", "dilation", "groups"],
 )
 def test_rejections_say_why(conv, reason):
     spec = get_family(FAMILY)
-    module = _Embeddings(conv)
+    module = _Embeddings(nn.Conv2d(4, 8, 4, **conv))
     assert spec.is_candidate("vision.embeddings", module)
     verdict = spec.check(module)
     assert not verdict.ok and reason in verdict.reason

@@ -202,14 +202,15 @@ def test_aliases_outside_forward_weights_views_dtype_and_deepcopy():
 
 
 @pytest.mark.parametrize(
-    ("module", "reason"),
-    [
-        (_Attention(dims=(8, 8, 4), outs=(8, 4, 4)), "different input sizes (q_proj 8, k_proj 8, v_proj 4)"),
-        (_Attention(bias=(True, False, True)), "bias on q_proj, v_proj only (none on k_proj)"),
+    ("make", "reason"),
+    [  # factories: no module is built at collection time
+        (lambda: _Attention(dims=(8, 8, 4), outs=(8, 4, 4)), "different input sizes (q_proj 8, k_proj 8, v_proj 4)"),
+        (lambda: _Attention(bias=(True, False, True)), "bias on q_proj, v_proj only (none on k_proj)"),
     ],
+    ids=["input-sizes", "partial-bias"],
 )
-def test_rejections_say_why(module, reason):
-    verdict = get_family(FAMILY).check(module)
+def test_rejections_say_why(make, reason):
+    verdict = get_family(FAMILY).check(make())
     assert not verdict.ok and reason in verdict.reason
 
 
