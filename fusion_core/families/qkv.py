@@ -41,6 +41,7 @@ class QKVFusion(LinearGroupFusion):
             "multi-head latent attention: low-rank q_a_proj and kv_a_proj_with_mqa take different inputs "
             "downstream, no q_proj, k_proj, v_proj to concatenate",
         ),
+        (("qkv_proj",), "already one fused projection qkv_proj (Phi-3 style)"),
         (("Wqkv",), "already one fused projection Wqkv"),
         (("qkv",), "already one fused projection qkv"),
         (("query_key_value",), "already one fused projection query_key_value"),

@@ -59,6 +59,14 @@ def test_qwen2_5_omni_vision_and_audio():
     assert audio and all("not gated" in r.reason for r in audio)
 
 
+def test_already_fused_projections_phi3():
+    insp = inspect_model("arch:phi3")
+    assert _reasons(insp.discovery("qkv")) == {
+        "Phi3Attention": {"not a candidate: already one fused projection qkv_proj (Phi-3 style)"}
+    }
+    assert _reasons(insp.discovery("gate_up")) == {"Phi3MLP": {"not a candidate: already one fused gate_up_proj"}}
+
+
 def test_bert_and_gpt2_names():
     bert = inspect_model("arch:bert").discovery("qkv")
     assert bert.near_misses and all("query, key, value" in r.reason for r in bert.near_misses)
