@@ -6,6 +6,26 @@ or a small GUI wrapper around ``inspect_model``) that yields
 a :class:`QThreadPool` thread with :func:`fusion_core.progress.drive` and a
 :class:`fusion_core.progress.CancelToken`; its signals are queued back to the GUI thread.
 
+Why not superqt's ``GeneratorWorker`` (0.9.0, measured here): it does not fit, for three reasons.
+
+1. A ``RuntimeError`` raised by the generator is taken for "the worker was deleted":
+   ``GeneratorWorker.work`` returns it, and ``WorkerBase.run`` only warns and returns,
+   emitting neither ``errored`` nor ``finished``. torch raises ``RuntimeError`` for
+   ordinary user errors (shape mismatches, out of memory), so the error would be lost and
+   the window would stay busy forever.
+2. ``quit()`` stops the loop between yields but never closes the generator, so its
+   ``finally`` blocks (export removes its temporary folder there) run whenever, and on
+   whatever thread, the garbage collector gets to it.
+   :func:`fusion_core.progress.drive` closes it on the worker thread, at once.
+3. ``run`` wraps the work in ``warnings.catch_warnings()`` and replaces
+   ``warnings.showwarning`` from the worker thread: process-wide state, changed while the
+   GUI thread runs (and restored in whatever order concurrent workers finish).
+
+It also emits ``yielded`` for every step (a per-tensor export would flood the event loop;
+ours sends at most 20 progress signals a second), and its ``start()`` always uses the global pool. Ours
+is the same pattern (a ``QRunnable`` with a signals ``QObject``, cancel honoured at the
+next yield) in about 100 lines.
+
 Why the core is imported inside :meth:`Worker.run` only: importing ``fusion_core``
 imports torch and transformers (seconds). Doing it on a worker thread keeps the window
 responsive and its first paint fast; the GUI thread touches the core only after a job

@@ -20,11 +20,25 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("plan", help="show what the fusion families would change")
     p.add_argument("model")
-    p.add_argument("--fusion", action="append", default=[], metavar="NAME", help="family to enable (repeatable)")
+    p.add_argument(
+        "--fusion",
+        action="append",
+        default=[],
+        metavar="NAME[:OPTION=VALUE,...]",
+        help="family to enable, with its options if any (repeatable; `fusion-core families` lists the options)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("families", help="list the registered fusion families")
+    p = sub.add_parser("families", help="list the registered fusion families, or self-test them")
+    p.add_argument(
+        "names", nargs="*", metavar="NAME", help="families to self-test (with --self-test; default: every one)"
+    )
+    p.add_argument(
+        "--self-test",
+        action="store_true",
+        help="run the conformance kit on each family (demos and its sample models); exit 1 on any failure",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_families)
 
@@ -95,21 +109,60 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
+def fusion_config_of(values: list[str]) -> dict[str, Any]:
+    """``--fusion`` values -> ``fusion_config``: ``NAME`` is ``True``, ``NAME:a=1,b=x`` a mapping.
+
+    A value is read as JSON when it parses (``1``, ``true``, ``0.5``, ``"x"``), else as a
+    string. The options are validated later, against the family's schema.
+
+    Raises:
+        UsageError: an option without ``=``.
+    """
+    import json
+
+    from ..errors import UsageError
+
+    config: dict[str, Any] = {}
+    for value in values:
+        name, sep, rest = value.partition(":")
+        if not sep:
+            config[name] = True
+            continue
+        options: dict[str, Any] = {}
+        for item in filter(None, rest.split(",")):
+            key, eq, raw = item.partition("=")
+            if not eq or not key:
+                raise UsageError(f"--fusion {value}: write options as {name}:OPTION=VALUE[,OPTION=VALUE]")
+            try:
+                options[key] = json.loads(raw)
+            except ValueError:
+                options[key] = raw
+        config[name] = options or True
+    return config
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``plan MODEL --fusion NAME ... [--json]``: matches, patch mapping, key transforms."""
+    """``plan MODEL --fusion NAME[:OPT=VALUE,...] ... [--json]``: matches, patch mapping, key transforms."""
     from ..errors import UsageError
 
     if not args.fusion:
         raise UsageError("plan: give at least one --fusion NAME (see `fusion-core families`)")
+    fusion_config = fusion_config_of(args.fusion)
+    from ..plan.fusion_plan import validate_fusion_config
+
+    validate_fusion_config(fusion_config)  # a bad family or option is a usage error before the model opens
     insp = _open(args)
-    plan = insp.plan({name: True for name in args.fusion})
+    plan = insp.plan(fusion_config)
     if args.json:
         print_json(plan.to_dict())
         return 0
     print(f"{plan.model}: {plan.model_class}")
     for fam in plan.families:
         d = fam.discovery
-        print(f"\n[{fam.name}] {len(d.matches)} module(s) matched, {len(d.rejected)} rejected")
+        near = f", {len(d.near_misses)} near miss(es)" if d.near_misses else ""
+        print(f"\n[{fam.name}] {len(d.matches)} module(s) matched, {len(d.rejected)} rejected{near}")
+        if fam.effective_options:
+            print("  options: " + ", ".join(f"{k}={v!r}" for k, v in fam.effective_options.items()))
         if d.empty_message:
             print(f"  {d.empty_message}")
         if d.matches:
@@ -121,6 +174,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             )
         if d.rejected:
             print(table([(r.path, r.class_name, r.reason) for r in d.rejected], ["rejected", "class", "reason"]))
+        if d.near_misses:
+            print(table([(r.path, r.class_name, r.reason) for r in d.near_misses], ["near miss", "class", "reason"]))
     if plan.patch_mapping:
         print("\npatch mapping")
         print(table([(o.__name__, f.__name__) for o, f in plan.patch_mapping.items()], ["original", "fused"]))
@@ -148,13 +203,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_families(args: argparse.Namespace) -> int:
-    """``families [--json]``: the registered fusion families."""
+    """``families [--json]``: the registered fusion families; ``families --self-test [NAME ...]``: the kit."""
+    from ..errors import UsageError
     from ..families import families
     from ..families.plugins import plugin_errors
 
     specs = families()
     for err in plugin_errors():  # broken plugins are skipped, never fatal: say which and why
         print(f"fusion-core: plugin {err.name} ({err.origin}) skipped: {err.error}", file=sys.stderr)
+    if args.self_test:
+        return _self_test(args)
+    if args.names:
+        raise UsageError("families: family names are for --self-test; `fusion-core families` lists them all")
     if args.json:
         print_json(
             [
@@ -163,13 +223,50 @@ def cmd_families(args: argparse.Namespace) -> int:
                     "description": s.description,
                     "patterns": list(s.target_modules_patterns),
                     "origin": getattr(s, "origin", "fusion_core"),
+                    "options": {k: o.to_dict() for k, o in s.options_schema().items()},
                 }
                 for s in specs
             ]
         )
         return 0
-    print(table([(s.name, s.description) for s in specs], ["family", "description"]))
+    rows = [(s.name, s.description, _options_text(s)) for s in specs]
+    print(table(rows, ["family", "description", "options"]))
     return 0
+
+
+def _options_text(spec: Any) -> str:
+    return "; ".join(f"{k} ({o.type.__name__}, default {o.default!r})" for k, o in spec.options_schema().items())
+
+
+def _self_test(args: argparse.Namespace) -> int:
+    """Run the conformance kit on the named (default: every) family; exit 1 on any failure."""
+    from ..conformance import check_family
+    from ..families import families, get_family
+
+    specs = [get_family(n) for n in dict.fromkeys(args.names)] if args.names else families()
+    reports = []
+    for spec in specs:
+        if not args.json:
+            print(f"self-test {spec.name} ...", file=sys.stderr, flush=True)
+        reports.append(check_family(spec))
+    failed = [(r.family, p) for r in reports for p in r.failures]
+    if args.json:
+        print_json({"schema_version": 1, "passed": not failed, "families": [r.to_dict() for r in reports]})
+    else:
+        for report in reports:
+            print(f"\n[{report.family}] {'pass' if report.passed else 'FAIL'} ({report.seconds:.1f} s)")
+            print(
+                table(
+                    [(p.name, p.model, p.status, p.detail) for p in report.properties],
+                    ["property", "model", "result", "detail"],
+                )
+            )
+    for family, prop in failed:
+        print(
+            f"fusion-core: self-test failed: family {family!r}, {prop.name} on {prop.model}: {prop.detail}",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -27,6 +27,10 @@ from ..progress import Progress
 _POLL = 0.25  # seconds between progress steps while waiting for workers
 _MAX_BREAKS = 3  # pool deaths a type may be part of before it is reported as a crash
 _HARD_GRACE = 10.0  # seconds past 1.5x the timeout before a silent worker is killed
+# Fault injection for the scan's own tests only: "module:function" that each worker calls
+# with every model type before scanning it (hang, block signals, die). Private on purpose:
+# not part of coverage_scan's API; tests set it with monkeypatch.
+_fault_hook: str | None = None
 
 
 def scan_in_pool(
@@ -34,7 +38,6 @@ def scan_in_pool(
     family_names: Sequence[str],
     jobs: int,
     timeout: float,
-    hook: str | None,
     results: dict[str, dict[str, Any]],
 ) -> Generator[Progress, None, None]:
     """Scan ``types`` in ``jobs`` worker processes into ``results`` (model type -> result dict).
@@ -69,7 +72,7 @@ def scan_in_pool(
                 max_workers=1 if solo else min(jobs, len(batch)),
                 mp_context=ctx,
                 initializer=init_worker,
-                initargs=(files, heartbeat, hook),
+                initargs=(files, heartbeat, _fault_hook),
             )
             futures = {pool.submit(scan_types, chunk, family_names, timeout): chunk for chunk in batch}
             run = _Run()

@@ -154,7 +154,6 @@ def coverage_scan(
     only: Sequence[str] | None = None,
     *,
     timeout: float = DEFAULT_TIMEOUT,
-    _hook: str | None = None,
 ) -> Generator[Progress, None, CoverageReport]:
     """Scan model types in worker processes, yielding progress; return a :class:`CoverageReport`.
 
@@ -189,7 +188,7 @@ def coverage_scan(
         jobs = min(jobs, len(types)) or 1
         from .pool import save_costs, scan_in_pool
 
-        yield from scan_in_pool(types, family_names, jobs, timeout, _hook, results)
+        yield from scan_in_pool(types, family_names, jobs, timeout, results)
         save_costs(results)
     yield Progress(len(types), len(types), "done")
     import torch

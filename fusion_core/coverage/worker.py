@@ -35,7 +35,7 @@ def init_worker(family_files: Sequence[str] = (), heartbeat: Any = None, hook: s
         heartbeat: a multiprocessing queue receiving ``(pid, model_type, time)`` at the start
             of each type, so the parent knows what a hung or dead worker was doing.
         hook: ``"module:function"`` called with each model type before it is scanned
-            (fault injection for tests).
+            (fault injection for the scan's tests: ``pool._fault_hook``, never set otherwise).
     """
     # Model code may print; the parent's stdout can be JSON output.
     devnull = os.open(os.devnull, os.O_WRONLY)

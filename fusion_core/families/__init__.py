@@ -1,12 +1,12 @@
 """Fusion families: the spec protocol (``base``), key transforms (``transforms``), one module
-per family, the registry (``registry``), third-party plugins (``plugins``) and the
-conformance kit (``conformance``). How to write a family: ``docs/extending.md``.
+per family, the registry (``registry``) and third-party plugins (``plugins``). The
+conformance kit that checks a family lives above, in :mod:`fusion_core.conformance`. How to write a family: ``docs/extending.md``.
 """
 
 from __future__ import annotations
 
 from ._linear_group import LinearGroupFusion
-from .base import FusionSpec, Verdict, validate_spec
+from .base import FusionSpec, Option, Verdict, validate_spec
 from .plugins import PluginError, clear_plugin_errors, plugin_errors
 from .registry import (
     BUILTIN_ORIGIN,
@@ -24,6 +24,7 @@ __all__ = [
     "REGISTRY",
     "FusionSpec",
     "LinearGroupFusion",
+    "Option",
     "PluginError",
     "Verdict",
     "clear_plugin_errors",

@@ -254,10 +254,22 @@ class LinearGroupFusion(FusionSpec):
 
     members: ClassVar[tuple[str, ...]] = ()
     fused_name: ClassVar[str] = ""
+    #: the same group under other names: (child or parameter names, why it is not fused);
+    #: the first entry whose names are all present gives :meth:`near_miss`'s reason
+    near_miss_names: ClassVar[tuple[tuple[tuple[str, ...], str], ...]] = ()
 
     def is_candidate(self, path: str, module: nn.Module) -> bool:
         children = module._modules
         return any(children.get(n) is not None for n in self.members) and super().is_candidate(path, module)
+
+    def near_miss(self, path: str, module: nn.Module) -> str | None:
+        if isinstance(module, _CONTAINERS):
+            return None
+        own = module._modules, module._parameters
+        for names, why in self.near_miss_names:
+            if all(any(d.get(n) is not None for d in own) for n in names):
+                return why
+        return None
 
     def check(self, module: nn.Module) -> Verdict:
         children = module._modules

@@ -8,6 +8,7 @@ needs: :meth:`FusionSpec.check` returns a :class:`Verdict` with a human reason, 
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,6 +55,37 @@ class Verdict:
         return cls(False, reason)
 
 
+@dataclass(frozen=True)
+class Option:
+    """One option a family accepts in ``fusion_config`` (``{"family": {"name": value}}``).
+
+    ``type`` is ``bool``, ``int``, ``float`` or ``str`` (an int is accepted for a float;
+    a bool is never accepted for an int). ``choices`` restricts the values, when given.
+    """
+
+    type: type
+    default: Any
+    help: str = ""
+    choices: tuple[Any, ...] = ()
+
+    def accepts(self, value: Any) -> bool:
+        if self.type is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif self.type is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, self.type)
+        return ok and (not self.choices or value in self.choices)
+
+    def describe(self) -> str:
+        """``int, default 0: help`` (for tables and tooltips)."""
+        kind = self.type.__name__ + (f" in {list(self.choices)}" if self.choices else "")
+        return f"{kind}, default {self.default!r}" + (f": {self.help}" if self.help else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type.__name__, "default": self.default, "help": self.help, "choices": list(self.choices)}
+
+
 class FusionSpec:
     """Base recipe for a fusion family. Subclasses set ``name`` and ``description``."""
 
@@ -64,6 +96,9 @@ class FusionSpec:
 
     def __init__(self) -> None:
         self._fused_classes: dict[type, type] = {}
+        #: the options this spec runs with (defaults filled in); see :meth:`with_options`
+        self.options: dict[str, Any] = {k: o.default for k, o in self.options_schema().items()}
+        self._configured: dict[tuple[tuple[str, Any], ...], FusionSpec] = {}
 
     @cached_property
     def _pattern(self) -> re.Pattern[str] | None:
@@ -74,6 +109,16 @@ class FusionSpec:
     def is_candidate(self, path: str, module: nn.Module) -> bool:
         """Pre-filter by module path (``target_modules_patterns``); ``check`` decides."""
         return self._pattern is None or self._pattern.search(path) is not None
+
+    def near_miss(self, path: str, module: nn.Module) -> str | None:
+        """Why a module that is *not* a candidate still looks like this family's target.
+
+        Called for the modules :meth:`is_candidate` leaves out; a family returns a reason
+        when the module has the right shape under other names (T5's ``q``/``k``/``v``,
+        BERT's ``query``/``key``/``value``), so the user learns why it is not fused.
+        Discovery shows it as ``not a candidate: <reason>`` in ``Discovery.near_misses``.
+        """
+        return None
 
     def check(self, module: nn.Module) -> Verdict:
         """Decide whether ``module`` can be fused; the reason is shown to the user."""
@@ -125,9 +170,66 @@ class FusionSpec:
         """
         raise NotImplementedError(f"family {self.name!r} supplies no sample inputs")
 
-    def options_schema(self) -> Mapping[str, Any]:
-        """Options the family accepts in ``fusion_config`` (none by default)."""
+    def options_schema(self) -> Mapping[str, Option]:
+        """Options the family accepts in ``fusion_config`` (none by default).
+
+        ``fusion_config={"family": {"option": value}}`` is validated against this schema
+        (an unknown option or a wrong type is a usage error naming the family and the
+        option); the family then runs as :meth:`with_options`, reading ``self.options``.
+        """
         return {}
+
+    def validate_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` checked against :meth:`options_schema`, defaults filled in.
+
+        Raises:
+            ValueError: an unknown option or a value of the wrong type (the message names
+                the family, the option and what is expected).
+        """
+        schema = self.options_schema()
+        out = {k: o.default for k, o in schema.items()}
+        for key, value in options.items():
+            option = schema.get(key)
+            if option is None:
+                known = ", ".join(sorted(schema)) or "none"
+                raise ValueError(f"fusion {self.name!r} has no option {key!r} (its options: {known})")
+            if not option.accepts(value):
+                raise ValueError(f"fusion {self.name!r} option {key!r}: expected {option.describe()}, got {value!r}")
+            out[key] = value
+        return out
+
+    def with_options(self, options: Mapping[str, Any] | None = None) -> FusionSpec:
+        """This family configured with ``options`` (validated; the defaults give ``self``).
+
+        A configured spec is a copy with its own ``options`` and its own fused classes,
+        made once per distinct set of options, so a plan and the load that runs it get
+        the same fused classes. Discovery results are cached per configured spec.
+
+        Raises:
+            ValueError: see :meth:`validate_options`.
+        """
+        full = self.validate_options(options or {})
+        if full == self.options:
+            return self
+        key = tuple(sorted(full.items()))
+        spec = self._configured.get(key)
+        if spec is None:
+            spec = copy.copy(self)
+            spec.options = full
+            spec._fused_classes = {}
+            spec._configured = {}
+            spec.__dict__.pop("_pattern", None)
+            self._configured[key] = spec
+        return spec
+
+    def sample_configs(self) -> list[PretrainedConfig]:
+        """Tiny configs of models this family fuses, for the conformance kit.
+
+        The kit (:func:`fusion_core.conformance.check_family`) builds each with seeded
+        random weights, saves it, and runs the family's properties on it besides the
+        demos. Keep them tiny (a few layers of width 32-64): the kit loads each several times.
+        """
+        return []
 
 
 def fused_subclass(original_cls: type, mixin: type, family: str, namespace: Mapping[str, Any] | None = None) -> type:

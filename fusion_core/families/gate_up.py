@@ -9,7 +9,13 @@ not a plain ``nn.Linear``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from . import _samples as samples
 from ._linear_group import LinearGroupFusion
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 class GateUpFusion(LinearGroupFusion):
@@ -20,3 +26,13 @@ class GateUpFusion(LinearGroupFusion):
     )
     members = ("gate_proj", "up_proj")
     fused_name = "gate_up_proj"
+    near_miss_names = (
+        (("w1", "w3"), "gated MLP named w1, w3 (Mixtral style); this family fuses gate_proj, up_proj"),
+        (("wi_0", "wi_1"), "gated MLP named wi_0, wi_1 (T5 v1.1 style); this family fuses gate_proj, up_proj"),
+        (("gate_up_proj",), "already one fused gate_up_proj"),
+        (("wi", "wo"), "a plain MLP (wi, activation, wo): not gated, one up projection, nothing to concatenate"),
+        (("fc1", "fc2"), "a plain MLP (fc1, activation, fc2): not gated, one up projection, nothing to concatenate"),
+    )
+
+    def sample_configs(self) -> list[PretrainedConfig]:
+        return [samples.qwen2(), samples.gemma()]

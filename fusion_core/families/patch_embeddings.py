@@ -7,9 +7,15 @@ patches is 3-4x faster; the weights are the same numbers, reshaped.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import nn
 
+from . import _samples as samples
 from ._conv_patch import ConvPatchFusion
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 class PatchEmbeddingsFusion(ConvPatchFusion):
@@ -20,3 +26,6 @@ class PatchEmbeddingsFusion(ConvPatchFusion):
     )
     target_modules_patterns = (r"(^|\.)patch_embed(s|ding|dings)?$", r"(^|\.)tubelet_embed\w*$")
     conv_type = nn.Conv3d
+
+    def sample_configs(self) -> list[PretrainedConfig]:
+        return [samples.videomae()]

@@ -15,9 +15,15 @@ both.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import nn
 
+from . import _samples as samples
 from ._conv_patch import ConvPatchFusion
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 class PatchEmbeddings2dFusion(ConvPatchFusion):
@@ -36,3 +42,6 @@ class PatchEmbeddings2dFusion(ConvPatchFusion):
     def is_candidate(self, path: str, module: nn.Module) -> bool:
         # a name match alone would make every text `embeddings` module a (rejected) candidate
         return any(type(c) is nn.Conv2d for c in module._modules.values()) and super().is_candidate(path, module)
+
+    def sample_configs(self) -> list[PretrainedConfig]:
+        return [samples.clip_vision(), samples.dinov2()]

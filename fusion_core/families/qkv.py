@@ -10,7 +10,13 @@ custom layers).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from . import _samples as samples
 from ._linear_group import LinearGroupFusion
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 class QKVFusion(LinearGroupFusion):
@@ -21,3 +27,27 @@ class QKVFusion(LinearGroupFusion):
     )
     members = ("q_proj", "k_proj", "v_proj")
     fused_name = "qkv_proj"
+    near_miss_names = (
+        (
+            ("q", "k", "v"),
+            "projections named q, k, v (T5, Qwen2.5-Omni vision); this family fuses q_proj, k_proj, v_proj",
+        ),
+        (
+            ("query", "key", "value"),
+            "projections named query, key, value (BERT, ViT); this family fuses q_proj, k_proj, v_proj",
+        ),
+        (
+            ("q_a_proj", "kv_a_proj_with_mqa"),
+            "multi-head latent attention: low-rank q_a_proj and kv_a_proj_with_mqa take different inputs "
+            "downstream, no q_proj, k_proj, v_proj to concatenate",
+        ),
+        (("qkv_proj",), "already one fused projection qkv_proj (Phi-3 style)"),
+        (("Wqkv",), "already one fused projection Wqkv"),
+        (("qkv",), "already one fused projection qkv"),
+        (("query_key_value",), "already one fused projection query_key_value"),
+        (("c_attn",), "already one fused projection c_attn"),
+        (("in_proj_weight",), "torch MultiheadAttention: q, k, v are already one in_proj_weight"),
+    )
+
+    def sample_configs(self) -> list[PretrainedConfig]:
+        return [samples.bart(), samples.qwen2()]

@@ -62,6 +62,11 @@ class Discovery:
     rejected: list[Rejection] = field(default_factory=list)
     transforms: list[KeyTransform] = field(default_factory=list)
     empty_message: str = ""
+    #: modules that look like the family's target under other names, not candidates
+    #: (reason ``not a candidate: ...``; see :meth:`FusionSpec.near_miss`)
+    near_misses: list[Rejection] = field(default_factory=list)
+    #: the options the family ran with (defaults filled in)
+    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def patch_mapping(self) -> dict[type, type]:
@@ -75,9 +80,9 @@ class Discovery:
         return bool(self.matches)
 
 
-# key (family name, id(spec), model class, fingerprint) -> (spec, result); the spec is kept so that its
-# id cannot be reused by another spec while the entry lives
-_cache: OrderedDict[tuple[str, int, type, str], tuple[FusionSpec, Discovery]] = OrderedDict()
+# key (family name, id(spec), options, model class, fingerprint) -> (spec, result); the spec is kept so
+# that its id cannot be reused by another spec while the entry lives
+_cache: OrderedDict[tuple[Any, ...], tuple[FusionSpec, Discovery]] = OrderedDict()
 _cache_lock = threading.Lock()
 _CACHE_SIZE = 256
 
@@ -101,7 +106,7 @@ def discover(
 
     Args:
         model: the model to scan.
-        spec: the family.
+        spec: the family, configured with its options (:meth:`FusionSpec.with_options`).
         config: passed to ``spec.make_transforms``.
         fingerprint: the config fingerprint (:attr:`ModelSource.fingerprint`); with it,
             results are cached per (family, model class, fingerprint), so two configs of
@@ -118,7 +123,8 @@ def discover(
     """
     name = model_name or type(model).__name__
     # per spec object: a family re-registered under the same name never gets the old one's result
-    key = (spec.name, id(spec), type(model), fingerprint) if fingerprint and with_transforms else None
+    options = tuple(sorted(spec.options.items()))
+    key = (spec.name, id(spec), options, type(model), fingerprint) if fingerprint and with_transforms else None
     if key is not None:
         with _cache_lock:
             hit = _cache.get(key)
@@ -147,8 +153,12 @@ def _scan(
     # 1. candidates by name, decided by the spec
     verdicts: dict[int, Any] = {}
     candidate_classes: list[type] = []
+    near: list[Rejection] = []
     for path, module in named:
         if not spec.is_candidate(path, module):
+            reason = spec.near_miss(path, module)
+            if reason:
+                near.append(Rejection(path, type(module).__name__, f"not a candidate: {reason}"))
             continue
         verdicts[id(module)] = spec.check(module)
         if type(module) not in candidate_classes:
@@ -192,6 +202,7 @@ def _scan(
                 )
     matches.sort(key=lambda m: order[m.path])
     rejected.sort(key=lambda r: r.path)
+    checked = set(order)  # an instance of a candidate class was decided above, not a near miss
     transforms = spec.make_transforms(config, modules) if modules and with_transforms else []
     return Discovery(
         family=spec.name,
@@ -200,4 +211,6 @@ def _scan(
         rejected=rejected,
         transforms=transforms,
         empty_message="" if matches else spec.empty_message(name),
+        near_misses=[r for r in near if r.path not in checked],
+        options=dict(spec.options),
     )

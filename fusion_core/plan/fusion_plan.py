@@ -25,6 +25,7 @@ from .key_names import Converted, Found, KeyMatcher
 if TYPE_CHECKING:
     from torch import nn
 
+    from ..families.base import FusionSpec
     from ..families.transforms import KeyTransform
     from ..model.sources import ModelSource
     from ..model.tree import ModuleTree
@@ -35,9 +36,16 @@ FusionConfig = Mapping[str, "bool | Mapping[str, Any]"]
 def validate_fusion_config(fusion_config: FusionConfig | None) -> list[tuple[str, dict[str, Any]]]:
     """The enabled families of ``fusion_config``, in the user's order, with their options.
 
+    Options (``{"qkv": {"option": value}}``) are checked against the family's
+    ``options_schema()``; the returned options are the ones given (defaults are filled in
+    by :meth:`FusionSpec.with_options`, so a ``fusion_config`` written to config.json
+    records only what the user chose).
+
     Raises:
         UnknownFamilyError: a name that is not registered (the message lists the known ones).
-        InvalidFusionConfigError: a value that is neither ``True``/``False`` nor a mapping.
+        InvalidFusionConfigError: a value that is neither ``True``/``False`` nor a mapping,
+            or an option the family does not know or of the wrong type (the message names
+            the family and the option).
     """
     if fusion_config is None:
         return []
@@ -47,18 +55,35 @@ def validate_fusion_config(fusion_config: FusionConfig | None) -> list[tuple[str
         )
     enabled: list[tuple[str, dict[str, Any]]] = []
     for name, options in fusion_config.items():
-        get_family(name)
+        spec = get_family(name)
         if options is False:
             continue
         if options is True:
             enabled.append((name, {}))
         elif isinstance(options, Mapping):
+            try:
+                spec.validate_options(options)
+            except ValueError as e:
+                raise InvalidFusionConfigError(str(e)) from None
             enabled.append((name, dict(options)))
         else:
             raise InvalidFusionConfigError(
                 f"invalid option for fusion {name!r}: expected True, False or a mapping of options, got {options!r}"
             )
     return enabled
+
+
+def configured_family(name: str, options: Mapping[str, Any] | None = None) -> FusionSpec:
+    """The registered family ``name`` configured with ``options`` (what discovery and loading run).
+
+    Raises:
+        UnknownFamilyError: ``name`` is not registered.
+        InvalidFusionConfigError: a bad option (see :func:`validate_fusion_config`).
+    """
+    try:
+        return get_family(name).with_options(options)
+    except ValueError as e:
+        raise InvalidFusionConfigError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -118,19 +143,30 @@ class CheckpointTransform:
 
 @dataclass
 class FamilyPlan:
-    """One enabled family of a plan: its options and its discovery on the model."""
+    """One enabled family of a plan: its options (as given) and its discovery on the model.
+
+    ``spec`` is the family configured with the options: loading fuses modules with it, so
+    the fused classes are the ones the plan shows.
+    """
 
     name: str
     options: dict[str, Any]
     discovery: Discovery
+    spec: FusionSpec | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def effective_options(self) -> dict[str, Any]:
+        """Every option of the family with the value it runs with (defaults filled in)."""
+        return dict(self.discovery.options)
 
     def to_dict(self) -> dict[str, Any]:
         d = self.discovery
         return {
             "name": self.name,
-            "options": self.options,
+            "options": self.effective_options,
             "matches": [m.to_dict() for m in d.matches],
             "rejected": [r.to_dict() for r in d.rejected],
+            "near_misses": [r.to_dict() for r in d.near_misses],
             "message": d.empty_message,
         }
 
@@ -237,29 +273,32 @@ class Inspection:
         self.model = model
         self.tree = tree
         self.seconds = seconds
-        self._discoveries: dict[str, Discovery] = {}
+        self._discoveries: dict[tuple[str, tuple[tuple[str, Any], ...]], Discovery] = {}
         self._matcher: KeyMatcher | None = None
 
     @property
     def name(self) -> str:
         return self.source.name
 
-    def discovery(self, family: str) -> Discovery:
-        """What ``family`` would replace in this model (computed once, cached per config).
+    def discovery(self, family: str, options: Mapping[str, Any] | None = None) -> Discovery:
+        """What ``family`` (with ``options``) would replace in this model (computed once, cached).
 
         Raises:
             UnknownFamilyError: ``family`` is not registered.
+            InvalidFusionConfigError: a bad option.
         """
-        found = self._discoveries.get(family)
+        spec = configured_family(family, options)
+        key = (family, tuple(sorted(spec.options.items())))
+        found = self._discoveries.get(key)
         if found is None:
             found = discover(
                 self.model,
-                get_family(family),
+                spec,
                 config=self.source.config,
                 fingerprint=self.source.fingerprint,
                 model_name=self.source.model_class.__name__,
             )
-            self._discoveries[family] = found
+            self._discoveries[key] = found
         return found
 
     def key_matcher(self) -> KeyMatcher:
@@ -288,7 +327,9 @@ class Inspection:
         """
         t0 = time.perf_counter()
         enabled = validate_fusion_config(fusion_config)
-        fams = [FamilyPlan(name, opts, self.discovery(name)) for name, opts in enabled]
+        fams = [
+            FamilyPlan(name, opts, self.discovery(name, opts), configured_family(name, opts)) for name, opts in enabled
+        ]
         transforms: list[KeyTransform] = []
         owner: dict[str, str] = {}
         claimed_modules: dict[str, str] = {}

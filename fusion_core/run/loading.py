@@ -264,7 +264,8 @@ def iter_load(
     check_layout(plan, src)
     check_shapes(insp, plan)
     layout = plan.layout if plan.layout in ("original", "fused") else "none"
-    matched = [(m, fam.name) for fam in plan.families for m in fam.discovery.matches]
+    # each family as the plan configured it (its options), so the fused classes are the plan's
+    matched = [(m, fam.spec or get_family(fam.name)) for fam in plan.families for m in fam.discovery.matches]
     total = 3 + len(matched)
     yield Progress(1, total, f"loading weights ({layout} layout)")
     config = plain_config(src.config)
@@ -276,11 +277,11 @@ def iter_load(
     else:
         model = from_pretrained(src, config, wanted, notes=notes)
     fused: list[str] = []
-    for i, (match, family) in enumerate(matched):
+    for i, (match, spec) in enumerate(matched):
         yield Progress(2 + i, total, f"fusing {match.path}")
         module = model.get_submodule(match.path)
         if layout != "fused":
-            get_family(family).fuse_module(module)
+            spec.fuse_module(module)
         if type(module) is not match.fused_class:
             raise LoadError(f"{src.folder}: {match.path} is {type(module).__name__}, not {match.fused_class.__name__}")
         fused.append(match.path)

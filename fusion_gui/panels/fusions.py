@@ -76,6 +76,20 @@ class FamilyDelegate(QStyledItemDelegate):
         return QSize(width - 8, int(doc.size().height()) + 4)
 
 
+def family_tooltip(spec: object, discovery: object | None) -> str:
+    """The description, the options the family accepts (``fusion_config``), then the first rejections."""
+    lines = [spec.description]  # type: ignore[attr-defined]
+    schema = spec.options_schema()  # type: ignore[attr-defined]
+    if schema:
+        lines.append("Options (fusion_config):")
+        lines += [f"  {name}: {option.describe()}" for name, option in schema.items()]
+    rejected = list(getattr(discovery, "rejected", None) or [])
+    if rejected:
+        lines.append("Rejected:")
+        lines += [f"  {r.path}: {r.reason}" for r in rejected[:20]]
+    return "\n".join(lines)
+
+
 class FusionsPanel(QWidget):
     """Checkable, reorderable list of families; the core applies them in this order."""
 
@@ -165,8 +179,7 @@ class FusionsPanel(QWidget):
                 )
                 item.setCheckState(Qt.CheckState.Checked if name in self.state.enabled else Qt.CheckState.Unchecked)
                 item.setIcon(style.fused_icon(style.FAMILY_COLOURS[i % len(style.FAMILY_COLOURS)]))
-                tip = "\n".join(f"{r.path}: {r.reason}" for r in (d.rejected if d else [])[:20])
-                item.setToolTip(tip or spec.description)
+                item.setToolTip(family_tooltip(spec, d))
                 self.list.addItem(item)
             if 0 <= current < self.list.count():
                 self.list.setCurrentRow(current)

@@ -15,6 +15,7 @@ SLOW = "bert"  # hangs in Python code
 STUCK = "gpt2"  # hangs with the alarm blocked, like native code
 CRASH = "opt"  # the worker process dies
 FAULTS = (SLOW, STUCK, CRASH)
+HOOK = f"{__name__}:inject"  # for fusion_core.coverage.pool._fault_hook (set by the tests)
 
 
 def inject(model_type: str) -> None:

@@ -159,23 +159,3 @@ def write_fused(src: Path, dst: Path, fusion_config: dict[str, Any]) -> Path:
         if (src / extra).is_file():
             shutil.copy(src / extra, dst / extra)
     return dst
-
-
-def assert_round_trip_bitwise(folder: Path, fusion_config: dict[str, Any]) -> int:
-    """original -> fused -> original through the plan's transforms is bitwise; returns the group count."""
-    from safetensors.torch import load_file
-
-    from fusion_core import inspect_model
-
-    plan = inspect_model(str(folder)).plan(fusion_config)
-    tensors = load_file(folder / "model.safetensors")
-    for ct in plan.checkpoint_transforms:
-        originals = [tensors[k] for k in ct.source_keys]
-        fused = ct.transform.forward(originals)
-        assert [tuple(t.shape) for t in fused] == [tuple(s) for s in ct.target_shapes]
-        back = ct.transform.inverse(fused)
-        assert [tuple(t.shape) for t in back] == [tuple(s) for s in ct.source_shapes]
-        for key, a, b in zip(ct.source_keys, originals, back):
-            assert a.dtype == b.dtype and torch.equal(a, b), key
-            assert a.view(torch.uint8).equal(b.view(torch.uint8)), key
-    return len(plan.checkpoint_transforms)

@@ -36,6 +36,7 @@ def test_load_json(capsys: pytest.CaptureFixture[str], qwen2_vl_dir: Path) -> No
     ]
 
 
+@pytest.mark.slow  # the upstream parity check runs in a subprocess
 def test_check_demo_shows_speedup_and_upstream_defect(capsys: pytest.CaptureFixture[str]) -> None:
     """The headline: passes within 1e-5 in float32, shows timings and the upstream finding."""
     code, out, _ = _run(capsys, "check", "demo:qwen2-vl", "--fusion", "patch_embeddings", "--repeats", "2")

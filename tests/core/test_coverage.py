@@ -27,10 +27,11 @@ def report() -> CoverageReport:
     under the thinker). Faults (``_coverage_faults``): one hangs in Python, and the last one
     kills its worker, so the test needs one pool only.
     """
-    from _coverage_faults import CRASH, SLOW
+    from _coverage_faults import CRASH, HOOK, SLOW
 
-    gen = coverage_scan(["patch_embeddings"], 1, [*REAL, SLOW, CRASH], timeout=2.0, _hook="_coverage_faults:inject")
-    return drive(gen)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(coverage_pool, "_fault_hook", HOOK)
+        return drive(coverage_scan(["patch_embeddings"], 1, [*REAL, SLOW, CRASH], timeout=2.0))
 
 
 def test_fusable_types_with_module_paths_and_classes(report):
@@ -75,10 +76,11 @@ def test_hung_and_crashing_types_do_not_stop_the_scan(report):
 
 @pytest.mark.slow
 def test_a_worker_stuck_in_native_code_is_killed(monkeypatch):
-    from _coverage_faults import CRASH, STUCK
+    from _coverage_faults import CRASH, HOOK, STUCK
 
     monkeypatch.setattr(coverage_pool, "_HARD_GRACE", 1.0)  # killed 1.5 x timeout + 1 s after it started
-    gen = coverage_scan(["patch_embeddings"], 2, [STUCK, CRASH, "llama"], timeout=1.0, _hook="_coverage_faults:inject")
+    monkeypatch.setattr(coverage_pool, "_fault_hook", HOOK)
+    gen = coverage_scan(["patch_embeddings"], 2, [STUCK, CRASH, "llama"], timeout=1.0)
     by_type = {r.model_type: r for r in drive(gen).results}
     assert by_type[STUCK].stage == "timeout" and "killed" in by_type[STUCK].error
     assert by_type[CRASH].stage == "crash"
@@ -105,6 +107,13 @@ def test_text_report(report):
     assert "[patch_embeddings] fusable in 3 model type(s)" in text
     assert "PatchEmbed (visual.patch_embed)" in text
     assert "could not instantiate: 3 model type(s)" in text and "autoformer" in text
+
+
+def test_fault_hook_is_not_public_api():
+    import inspect
+
+    assert list(inspect.signature(coverage_scan).parameters) == ["families", "jobs", "only", "timeout"]
+    assert coverage_pool._fault_hook is None
 
 
 def test_bad_arguments():
@@ -141,8 +150,9 @@ def test_full_scan_lists_the_conv3d_architectures():
 
 
 @pytest.mark.slow
-def test_workers_that_cannot_start_end_the_scan_with_a_message():
+def test_workers_that_cannot_start_end_the_scan_with_a_message(monkeypatch):
     from fusion_core import FusionError
 
+    monkeypatch.setattr(coverage_pool, "_fault_hook", "no_such_module_here:inject")
     with pytest.raises(FusionError, match="could not start"):
-        drive(coverage_scan(["patch_embeddings"], 1, ["llama"], _hook="no_such_module_here:inject"))
+        drive(coverage_scan(["patch_embeddings"], 1, ["llama"]))

@@ -93,6 +93,7 @@ def test_fused_export_loads_fused_and_matches_source(qwen2_vl_dir: Path, tmp_pat
     assert torch.equal(restored.model.visual.patch_embed.proj.weight, conv_weight)
 
 
+@pytest.mark.slow  # upstream from_pretrained in a subprocess
 def test_upstream_from_pretrained_reads_the_fused_export(qwen2_vl_dir: Path, tmp_path: Path) -> None:
     """transformers' own from_pretrained re-applies the fusion from config.fusion_config.
 

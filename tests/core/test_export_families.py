@@ -6,7 +6,8 @@ tiny model with seeded random weights, saved by ``save_pretrained``; exported to
 layout, which our loader must load strictly into the fused model (and, plainly, into the
 source model exactly), and back to the original layout, which must reproduce the source
 bitwise. (The outputs of fused vs original models, per family, are the checks' tests;
-here the export's output check runs on the demo model, see test_export.py.)
+here the export's output check runs on the demo model, see test_export.py.) The families
+are found inside the tests, never at collection time (that meta-initializes models).
 """
 
 from __future__ import annotations
@@ -20,18 +21,8 @@ from _fusable_families import fusable_families, tiny_config
 
 from fusion_core import export, load, load_plain
 
-CASES = [
-    pytest.param(case.model_type, cls, id=f"{case.model_type}-{cls}")
-    for case in fusable_families()
-    for cls in case.classes
-]
-BROKEN = [
-    pytest.param(case.model_type, case.tiny_error, id=case.model_type) for case in fusable_families() if case.tiny_error
-]
 
-
-@pytest.mark.parametrize(("model_type", "class_name"), CASES)
-def test_export_round_trip(model_type: str, class_name: str, tmp_path: Path) -> None:
+def _export_round_trip(model_type: str, class_name: str, tmp_path: Path) -> None:
     import transformers
 
     cls = getattr(transformers, class_name)
@@ -66,6 +57,35 @@ def test_export_round_trip(model_type: str, class_name: str, tmp_path: Path) -> 
     assert raw_bytes_of(tmp_path / "src") == raw_bytes_of(tmp_path / "back")
 
 
-@pytest.mark.parametrize(("model_type", "error"), BROKEN)
-def test_families_transformers_cannot_build(model_type: str, error: str) -> None:
-    pytest.skip(f"{model_type}: transformers cannot build it from its default config ({error})")
+@pytest.mark.slow
+def test_export_round_trip_every_family(tmp_path: Path) -> None:
+    failures, checked = [], []
+    for case in fusable_families():
+        for class_name in case.classes:
+            try:
+                _export_round_trip(case.model_type, class_name, tmp_path / class_name)
+            except Exception as e:  # every class is tried; the message lists each failure
+                failures.append(f"{case.model_type}/{class_name}: {type(e).__name__}: {str(e)[:400]}")
+            checked.append(class_name)
+    assert len(checked) >= 10
+    assert not failures, "\n".join(failures)
+
+
+def test_families_we_cannot_test_fail_in_transformers_too() -> None:
+    """A family found in the source but built by no tiny config must fail with transformers'
+    own default config as well: then it is transformers' gap, not our test's."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    untestable = [case for case in fusable_families() if case.tiny_error]
+    for case in untestable:
+        assert "default config" in case.tiny_error, case
+        for class_name in _fusable_classes_named(case.tiny_error):
+            with torch.device("meta"), pytest.raises(Exception):  # noqa: B017 - any error of transformers
+                getattr(transformers, class_name)(CONFIG_MAPPING[case.model_type]())
+
+
+def _fusable_classes_named(error: str) -> list[str]:
+    import re
+
+    return sorted(set(re.findall(r"(\w+) \(default config\)", error)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _family_cases import assert_round_trip_bitwise, checkpoint, output, write_fused
+from _family_cases import checkpoint, output
 from torch import nn
 
 from fusion_core import FamilyConflictError, inspect_model
@@ -22,7 +22,7 @@ def root(tmp_path_factory):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_plan_loads_and_round_trip(arch, root, tmp_path):
+def test_plan_and_one_gemm_per_mlp(arch, root):
     folder = checkpoint(arch, root)
     plan = inspect_model(str(folder)).plan({FAMILY: True})
     assert sorted(m.path for m in plan.families[0].discovery.matches) == MLPS
@@ -44,11 +44,7 @@ def test_plan_loads_and_round_trip(arch, root, tmp_path):
         mlp.gate_up_proj.register_forward_hook(lambda *a: calls.append(1))
     torch.testing.assert_close(output(fused, arch), reference, atol=1e-5, rtol=1e-5)
     assert len(calls) == len(MLPS)  # one GEMM per MLP instead of two
-
-    built = load(str(write_fused(folder, tmp_path / "fused", {FAMILY: True})))
-    assert built.layout == "fused" and sorted(built.fused_modules) == MLPS
-    torch.testing.assert_close(output(built.model, arch), reference, atol=1e-5, rtol=1e-5)
-    assert assert_round_trip_bitwise(folder, {FAMILY: True}) == len(MLPS)
+    # the fused layout's outputs and the bitwise round trip: the conformance kit (test_conformance.py)
 
 
 def test_gate_rows_come_first(root):

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import torch
-from _family_cases import assert_round_trip_bitwise, checkpoint, output, write_fused
+from _family_cases import checkpoint, output, write_fused
 from torch import nn
 
 from fusion_core import inspect_model
@@ -53,26 +53,20 @@ def test_plan_previews_concat_without_tensor_data(arch, root):
         assert ct.transform.inverse_shapes(ct.target_shapes) == [tuple(s) for s in ct.source_shapes]
 
 
+# Outputs (in place and fused layout vs the original) and the bitwise round trip are the
+# conformance kit's (test_conformance.py: the demos, BART and Qwen2); here, the structure.
 @pytest.mark.parametrize("arch", sorted(EXPECTED))
-def test_load_in_place_and_fused_layout_match_original(arch, root, tmp_path):
+def test_load_in_place_and_fused_layout_structure(arch, root, tmp_path):
     folder = checkpoint(arch, root)
-    reference = output(load_plain(str(folder)), arch)
     result = load(str(folder), {FAMILY: True})
     assert result.layout == "original"
     assert sorted(result.fused_modules) == EXPECTED[arch]
     _assert_fused(result.model, EXPECTED[arch])
-    torch.testing.assert_close(output(result.model, arch), reference, atol=1e-5, rtol=1e-5)
 
     fused_dir = write_fused(folder, tmp_path / "fused", {FAMILY: True})
     built = load(str(fused_dir))  # fused classes constructed via __init__ under scoped patching
     assert built.layout == "fused"
     _assert_fused(built.model, EXPECTED[arch])
-    torch.testing.assert_close(output(built.model, arch), reference, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("arch", sorted(EXPECTED))
-def test_round_trip_is_bitwise(arch, root):
-    assert assert_round_trip_bitwise(checkpoint(arch, root), {FAMILY: True}) >= len(EXPECTED[arch])
 
 
 def _assert_fused(model: nn.Module, paths: list[str]) -> None:
@@ -202,14 +196,15 @@ def test_aliases_outside_forward_weights_views_dtype_and_deepcopy():
 
 
 @pytest.mark.parametrize(
-    ("module", "reason"),
-    [
-        (_Attention(dims=(8, 8, 4), outs=(8, 4, 4)), "different input sizes (q_proj 8, k_proj 8, v_proj 4)"),
-        (_Attention(bias=(True, False, True)), "bias on q_proj, v_proj only (none on k_proj)"),
+    ("make", "reason"),
+    [  # factories: no module is built at collection time
+        (lambda: _Attention(dims=(8, 8, 4), outs=(8, 4, 4)), "different input sizes (q_proj 8, k_proj 8, v_proj 4)"),
+        (lambda: _Attention(bias=(True, False, True)), "bias on q_proj, v_proj only (none on k_proj)"),
     ],
+    ids=["input-sizes", "partial-bias"],
 )
-def test_rejections_say_why(module, reason):
-    verdict = get_family(FAMILY).check(module)
+def test_rejections_say_why(make, reason):
+    verdict = get_family(FAMILY).check(make())
     assert not verdict.ok and reason in verdict.reason
 
 

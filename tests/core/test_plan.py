@@ -35,8 +35,8 @@ def test_unknown_family_names_the_known_ones():
 def test_false_skips_true_and_mappings_enable_in_user_order():
     names = list(REGISTRY)
     assert len(names) >= 2
-    config = {names[1]: True, names[0]: {"some": "option"}}
-    assert validate_fusion_config(config) == [(names[1], {}), (names[0], {"some": "option"})]
+    config = {names[1]: True, names[0]: {}}  # a mapping of options (built-in families declare none)
+    assert validate_fusion_config(config) == [(names[1], {}), (names[0], {})]
     assert validate_fusion_config({names[0]: False, names[1]: True}) == [(names[1], {})]
     assert validate_fusion_config(None) == []
     assert validate_fusion_config({}) == []

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from PySide6.QtCore import Qt
 
 PATCH = "model.visual.patch_embed"
 JOB_TIMEOUT_MS = 180_000
 
 
+@pytest.mark.slow  # with the upstream parity check (a subprocess)
 def test_run_checks_all_rows_pass(qtbot, window, open_model, only_fusions, qwen2_vl_dir, tmp_path):
     open_model(window, str(qwen2_vl_dir))
     only_fusions(window, "patch_embeddings")
