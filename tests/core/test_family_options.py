@@ -135,3 +135,10 @@ def test_check_and_export_commands_take_options(capsys, llama_dir, kv_family, tm
     assert code == 0, err
     config = json.loads((out_dir / "config.json").read_text())
     assert config["fusion_config"] == {"kv_proj": {"min_in_features": 32}}
+
+
+def test_option_declarations_are_checked():
+    with pytest.raises(TypeError, match="bool, int, float or str"):
+        Option(list, [])
+    with pytest.raises(TypeError, match="default '0' is not a int"):
+        Option(int, "0")
