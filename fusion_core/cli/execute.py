@@ -34,16 +34,18 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--fusion",
         action="append",
         default=[],
-        metavar="NAME",
-        help="family to apply (repeatable; default: the config's own fusion_config)",
+        metavar="NAME[:OPTION=VALUE,...]",
+        help="family to apply, with its options if any (repeatable; default: the config's own fusion_config)",
     )
     p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="weights and compute dtype")
     p.add_argument("--device", type=device_arg, default="cpu", help="torch device (default cpu)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _fusion_config(args: argparse.Namespace) -> dict[str, bool] | None:
-    return {name: True for name in args.fusion} if args.fusion else None
+def _fusion_config(args: argparse.Namespace) -> dict[str, Any] | None:
+    from .inspect import fusion_config_of  # NAME or NAME:OPTION=VALUE,... as for `plan`
+
+    return fusion_config_of(args.fusion) if args.fusion else None
 
 
 def cmd_load(args: argparse.Namespace) -> int:

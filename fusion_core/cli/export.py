@@ -23,7 +23,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("model", help="a model folder (or demo:<name>, or a cached hub id) with safetensors weights")
     p.add_argument("out", help="the folder to create")
-    p.add_argument("--fusion", action="append", default=[], metavar="NAME", help="family to apply (repeatable)")
+    p.add_argument(
+        "--fusion",
+        action="append",
+        default=[],
+        metavar="NAME[:OPTION=VALUE,...]",
+        help="family to apply, with its options if any (repeatable)",
+    )
     p.add_argument(
         "--layout",
         choices=("fused", "original"),
@@ -52,13 +58,14 @@ def register(sub: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from ..errors import UsageError
     from ..export.pipeline import iter_export
+    from .inspect import fusion_config_of
 
     if not args.fusion and not args.copy_as_is:
         raise UsageError("export: give at least one --fusion NAME (see `fusion-core families`), or --copy-as-is")
     gen = iter_export(
         args.model,
         args.out,
-        {name: True for name in args.fusion},
+        fusion_config_of(args.fusion),
         layout=args.layout,
         max_shard_size=args.max_shard_size,
         overwrite=args.overwrite,

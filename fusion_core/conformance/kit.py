@@ -83,7 +83,7 @@ def check_family(
         InvalidFusionConfigError: ``options`` do not fit the family's schema.
         ModelSourceError: an unknown demo name.
     """
-    from ..plan.fusion_plan import configured_family
+    from ..plan.fusion_config import configured_family
 
     t0 = time.perf_counter()
     report = ConformanceReport(spec.name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -68,14 +69,23 @@ class Option:
     help: str = ""
     choices: tuple[Any, ...] = ()
 
-    def accepts(self, value: Any) -> bool:
+    def __post_init__(self) -> None:
+        # plain JSON scalars: they go into config.json and key the discovery cache (hashable)
+        if self.type not in (bool, int, float, str):
+            raise TypeError(f"Option type must be bool, int, float or str, got {self.type!r}")
+        if not self._of_type(self.default):
+            raise TypeError(f"Option default {self.default!r} is not a {self.type.__name__}")
+
+    def _of_type(self, value: Any) -> bool:
         if self.type is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        elif self.type is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        else:
-            ok = isinstance(value, self.type)
-        return ok and (not self.choices or value in self.choices)
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if self.type is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, self.type)
+
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` is of the option's type (and one of its choices, when it has some)."""
+        return self._of_type(value) and (not self.choices or value in self.choices)
 
     def describe(self) -> str:
         """``int, default 0: help`` (for tables and tooltips)."""
@@ -84,6 +94,9 @@ class Option:
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type.__name__, "default": self.default, "help": self.help, "choices": list(self.choices)}
+
+
+_configure_lock = threading.Lock()
 
 
 class FusionSpec:
@@ -212,14 +225,15 @@ class FusionSpec:
         if full == self.options:
             return self
         key = tuple(sorted(full.items()))
-        spec = self._configured.get(key)
-        if spec is None:
-            spec = copy.copy(self)
-            spec.options = full
-            spec._fused_classes = {}
-            spec._configured = {}
-            spec.__dict__.pop("_pattern", None)
-            self._configured[key] = spec
+        with _configure_lock:  # one copy per options, also when two threads plan at once
+            spec = self._configured.get(key)
+            if spec is None:
+                spec = copy.copy(self)
+                spec.options = full
+                spec._fused_classes = {}
+                spec._configured = {}
+                spec.__dict__.pop("_pattern", None)
+                self._configured[key] = spec
         return spec
 
     def sample_configs(self) -> list[PretrainedConfig]:

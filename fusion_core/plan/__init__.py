@@ -5,16 +5,8 @@ What the user previews is the object that load, check and export run.
 
 from __future__ import annotations
 
-from .fusion_plan import (
-    CheckpointTransform,
-    FamilyPlan,
-    FusionConfig,
-    FusionPlan,
-    Inspection,
-    as_plan,
-    inspect_model,
-    validate_fusion_config,
-)
+from .fusion_config import FusionConfig, configured_family, validate_fusion_config
+from .fusion_plan import CheckpointTransform, FamilyPlan, FusionPlan, Inspection, as_plan, inspect_model
 
 __all__ = [
     "CheckpointTransform",
@@ -23,6 +15,7 @@ __all__ = [
     "FusionPlan",
     "Inspection",
     "as_plan",
+    "configured_family",
     "inspect_model",
     "validate_fusion_config",
 ]

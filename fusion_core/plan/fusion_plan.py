@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FamilyConflictError, InvalidFusionConfigError, ModelSourceError, UsageError
-from ..families import REGISTRY, get_family
+from ..errors import FamilyConflictError, ModelSourceError, UsageError
+from ..families import REGISTRY
 from .discovery import Discovery, discover
+from .fusion_config import FusionConfig, configured_family, validate_fusion_config
 from .key_names import Converted, Found, KeyMatcher
 
 if TYPE_CHECKING:
@@ -29,61 +30,6 @@ if TYPE_CHECKING:
     from ..families.transforms import KeyTransform
     from ..model.sources import ModelSource
     from ..model.tree import ModuleTree
-
-FusionConfig = Mapping[str, "bool | Mapping[str, Any]"]
-
-
-def validate_fusion_config(fusion_config: FusionConfig | None) -> list[tuple[str, dict[str, Any]]]:
-    """The enabled families of ``fusion_config``, in the user's order, with their options.
-
-    Options (``{"qkv": {"option": value}}``) are checked against the family's
-    ``options_schema()``; the returned options are the ones given (defaults are filled in
-    by :meth:`FusionSpec.with_options`, so a ``fusion_config`` written to config.json
-    records only what the user chose).
-
-    Raises:
-        UnknownFamilyError: a name that is not registered (the message lists the known ones).
-        InvalidFusionConfigError: a value that is neither ``True``/``False`` nor a mapping,
-            or an option the family does not know or of the wrong type (the message names
-            the family and the option).
-    """
-    if fusion_config is None:
-        return []
-    if not isinstance(fusion_config, Mapping):
-        raise InvalidFusionConfigError(
-            f"fusion_config must be a mapping of family name -> True/False/options, got {type(fusion_config).__name__}"
-        )
-    enabled: list[tuple[str, dict[str, Any]]] = []
-    for name, options in fusion_config.items():
-        spec = get_family(name)
-        if options is False:
-            continue
-        if options is True:
-            enabled.append((name, {}))
-        elif isinstance(options, Mapping):
-            try:
-                spec.validate_options(options)
-            except ValueError as e:
-                raise InvalidFusionConfigError(str(e)) from None
-            enabled.append((name, dict(options)))
-        else:
-            raise InvalidFusionConfigError(
-                f"invalid option for fusion {name!r}: expected True, False or a mapping of options, got {options!r}"
-            )
-    return enabled
-
-
-def configured_family(name: str, options: Mapping[str, Any] | None = None) -> FusionSpec:
-    """The registered family ``name`` configured with ``options`` (what discovery and loading run).
-
-    Raises:
-        UnknownFamilyError: ``name`` is not registered.
-        InvalidFusionConfigError: a bad option (see :func:`validate_fusion_config`).
-    """
-    try:
-        return get_family(name).with_options(options)
-    except ValueError as e:
-        raise InvalidFusionConfigError(str(e)) from None
 
 
 @dataclass(frozen=True)

@@ -123,3 +123,22 @@ def test_option_values():
     assert opt.accepts(8) and not opt.accepts(4) and not opt.accepts(True) and not opt.accepts("8")
     assert Option(float, 0.5).accepts(1) and not Option(float, 0.5).accepts(False)
     assert Option(str, "a").accepts("b") and Option(bool, False).accepts(True) and not Option(bool, False).accepts(1)
+
+
+def test_check_and_export_commands_take_options(capsys, llama_dir, kv_family, tmp_path):
+    code, _out, err = run(capsys, "check", str(llama_dir), "--fusion", "qkv:bogus_option=1", "--no-upstream")
+    assert code == 2 and "fusion 'qkv' has no option 'bogus_option'" in err
+    out_dir = tmp_path / "fused"
+    code, _out, err = run(
+        capsys, "export", str(llama_dir), str(out_dir), "--fusion", "kv_proj:min_in_features=32", "--no-verify-outputs"
+    )
+    assert code == 0, err
+    config = json.loads((out_dir / "config.json").read_text())
+    assert config["fusion_config"] == {"kv_proj": {"min_in_features": 32}}
+
+
+def test_option_declarations_are_checked():
+    with pytest.raises(TypeError, match="bool, int, float or str"):
+        Option(list, [])
+    with pytest.raises(TypeError, match="default '0' is not a int"):
+        Option(int, "0")

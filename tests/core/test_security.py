@@ -290,7 +290,6 @@ def test_config_error_types():
 # --- export: links never lead out of the source or the destination ----------------------
 
 
-@pytest.mark.skipif(not (REPO / "fusion_core" / "export.py").exists(), reason="export not built yet")
 def test_export_follows_no_link_out_of_source_or_destination(qwen2_vl_dir, tmp_path):
     from fusion_core import export
 
