@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .main_window import MainWindow
 
 DEFAULT_MODEL = "demo:qwen2-vl"
-TABS = ("fusions", "mapping", "transforms", "checks", "log")
+TABS = ("fusions", "mapping", "transforms", "diff", "checks", "log")
 log = logging.getLogger("fusion_gui")
 
 

@@ -22,6 +22,7 @@ from . import style
 from .format import human_count
 from .panels.checks import ChecksPanel
 from .panels.details import DetailsPanel
+from .panels.diff import DiffPanel
 from .panels.export_dialog import ExportDialog
 from .panels.fusions import FusionsPanel
 from .panels.log_panel import LogPanel
@@ -34,7 +35,7 @@ from .state import AppState
 if TYPE_CHECKING:
     from fusion_core import Inspection
 
-TAB_NAMES = ("fusions", "mapping", "transforms", "checks", "log")
+TAB_NAMES = ("fusions", "mapping", "transforms", "diff", "checks", "log")
 
 
 class MainWindow(QMainWindow):
@@ -58,6 +59,7 @@ class MainWindow(QMainWindow):
         self.fusions = FusionsPanel(self.state)
         self.mapping = MappingPanel(self.state)
         self.transforms = TransformsPanel(self.state)
+        self.diff = DiffPanel(self.state)
         self.checks = ChecksPanel(self.state)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -65,6 +67,7 @@ class MainWindow(QMainWindow):
             (self.fusions, "Fusions"),
             (self.mapping, "Patch mapping"),
             (self.transforms, "Weight transforms"),
+            (self.diff, "Diff"),
             (self.checks, "Checks"),
             (self.log_panel, "Log"),
         ):
