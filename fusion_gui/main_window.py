@@ -91,6 +91,7 @@ class MainWindow(QMainWindow):
 
         s = self.state
         s.model_changed.connect(self._on_model_changed)
+        s.preview_ready.connect(self._on_preview_ready)
         s.error_raised.connect(self._on_error_raised)
         s.job_started.connect(self._on_job_started)
         s.job_progressed.connect(self._on_job_progressed)
@@ -265,6 +266,14 @@ class MainWindow(QMainWindow):
         self.params_label.setText(f"{human_count(insp.tree.total_params)} parameters · {len(insp.tree)} modules")
         self.tree.fit_columns()
         self._update_actions()
+
+    def _on_preview_ready(self, cached) -> None:
+        """A model seen before, from the cache: its tree now, the rest when the engine has opened it."""
+        self.tree._on_model_changed(cached)  # the tree panel reads only `.tree` of what it shows
+        self.setWindowTitle(f"{cached.name} — Fusion Inspector")
+        self.model_label.setText(f"<b>{cached.name}</b> · {cached.model_class} · from the cache, loading the engine…")
+        self.params_label.setText(f"{human_count(cached.tree.total_params)} parameters · {len(cached.tree)} modules")
+        self.tree.fit_columns()
 
     def _on_job_started(self, name: str) -> None:
         self.job_progress.setRange(0, 0)
