@@ -69,6 +69,11 @@ def open_model(spec: str, *, trust_remote_code: bool = False, cache: bool = True
             insp = fusion_core.inspect_model(source)
             for name in fusion_core.REGISTRY:
                 insp.discovery(name)
+            insp.model_tensors()  # cached for the plans the GUI thread builds
+            if source.checkpoint is not None:
+                # built lazily by the first plan otherwise, on the GUI thread: transformers compiles
+                # ~1000 regexes for its key renamings (110 ms stall on demo:qwen2-vl, bench_gui.py)
+                insp.key_matcher()
         yield Progress(3, 4, f"{source.model_class.__name__}: {len(insp.tree)} modules")
         if cache:
             from fusion_core.model import cache as model_cache
