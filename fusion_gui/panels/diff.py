@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QModelIndex, Qt, Signal
+from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -104,13 +104,16 @@ class DiffPanel(QWidget):
         for view in (self.modules_table, self.keys_table):
             view.doubleClicked.connect(self._on_double_clicked)
             view.activated.connect(self._on_double_clicked)  # Enter on a row
+        # quick toggles make one diff, not one per click (each builds a meta model)
+        self._timer = QTimer(self, singleShot=True, interval=150)
+        self._timer.timeout.connect(self.refresh)
         state.plan_changed.connect(self._on_plan_changed)
 
     # plan -> diff ----------------------------------------------------------------------
     def _on_plan_changed(self, plan: FusionPlan | None) -> None:
         self._plan, self._dirty = plan, True
         if self.isVisible():
-            self.refresh()
+            self._timer.start()
 
     def showEvent(self, event: QShowEvent) -> None:  # Qt override
         super().showEvent(event)
@@ -120,6 +123,7 @@ class DiffPanel(QWidget):
     def refresh(self) -> None:
         """Compute the diff of the plan on show (in the background) unless it is up to date."""
         plan = self._plan
+        self._timer.stop()
         self._dirty = False
         if plan is None:
             self._show(None)
