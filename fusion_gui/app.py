@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QEvent, QObject, QTimer
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from . import _pyside_fix, style
@@ -157,6 +157,10 @@ class Scripted(QObject):
             self._on_ready()
 
     def _on_ready(self) -> None:
+        diff = self.window.diff
+        if diff.pending:  # --tab diff: shoot the diff, not its "Comparing…" line
+            diff.diff_ready.connect(lambda _d: self._on_ready(), Qt.ConnectionType.SingleShotConnection)
+            return
         # two event-loop turns: the last layout and paint of what just changed happen first
         QTimer.singleShot(50, self._shoot)
 

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 
 from .. import style
 from ..format import human_count, shape_text
-from ..models.table_model import Column, RowRole, RowsTableModel, TextFilterProxy, natural_widths
+from ..models.table_model import Column, RowRole, RowsTableModel, TextFilterProxy, natural_widths, share_width
 
 if TYPE_CHECKING:
     from fusion_core import FusionPlan
@@ -42,15 +42,29 @@ MODULE_COLUMNS = (
     Column("fused_params", "Fused params", text=lambda n: f"{n:,}", numeric=True),
     Column("params_equal", "Equal", text=lambda ok: "yes" if ok else "NO", tooltip="a fusion never adds or drops"),
 )
+
+
+def _relative(field: str):
+    """A key shown below its module (the Module column has the path): ``q_proj.weight``."""
+
+    def text(row: dict[str, Any]) -> str:
+        key, module = row.get(field) or "", row.get("module") or ""
+        return key[len(module) + 1 :] if module and key.startswith(module + ".") else key
+
+    return text
+
+
 KEY_COLUMNS = (
     Column("change", "Change", tooltip="removed, added, renamed (one key becomes another) or reshaped"),
-    Column("key", "Original key"),
+    Column("module", "Module", tooltip="the fused module the key belongs to; double-click to select it"),
+    Column("key", "Original key", display=_relative("key")),
     Column("shape", "Shape", text=shape_text),
     Column("op", "Op", display=lambda r: r.get("op") or "(no transform)"),
-    Column("fused_key", "Fused key"),
+    Column("fused_key", "Fused key", display=_relative("fused_key")),
     Column("fused_shape", "Fused shape", text=shape_text),
-    Column("module", "Module"),
 )
+# the module column shares the room the others leave, elided on the left (the layer index stays)
+LONG_COLUMNS = {"modules": (0,), "keys": (1,)}
 CHANGE_COLOURS = {"removed": "#c62828", "added": "#2e7d32", "renamed": "#1565c0", "reshaped": "#6a1b9a"}
 
 
@@ -61,6 +75,8 @@ def _table(model: TextFilterProxy) -> QTableView:
     view.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)  # the plan's order until a click
     view.setAlternatingRowColors(True)
     view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    view.setTextElideMode(Qt.TextElideMode.ElideLeft)
+    view.setWordWrap(False)
     view.verticalHeader().hide()
     view.verticalHeader().setDefaultSectionSize(22)
     view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
@@ -109,6 +125,11 @@ class DiffPanel(QWidget):
         self._timer.timeout.connect(self.refresh)
         state.plan_changed.connect(self._on_plan_changed)
 
+    @property
+    def pending(self) -> bool:
+        """A diff of the plan on show is due or running (the screenshot mode waits for it)."""
+        return self.isVisible() and (self._dirty or self._timer.isActive() or self._running is not None)
+
     # plan -> diff ----------------------------------------------------------------------
     def _on_plan_changed(self, plan: FusionPlan | None) -> None:
         self._plan, self._dirty = plan, True
@@ -119,6 +140,8 @@ class DiffPanel(QWidget):
         super().showEvent(event)
         if self._dirty:
             self.refresh()
+        else:
+            self.fit_columns()
 
     def refresh(self) -> None:
         """Compute the diff of the plan on show (in the background) unless it is up to date."""
@@ -180,14 +203,23 @@ class DiffPanel(QWidget):
     def _fill(self, diff: Any) -> None:
         self.diff = diff
         data = diff.to_dict() if diff is not None else {"modules": [], "keys": []}
+        self.modules_model.set_rows(data["modules"])
+        self.keys_model.set_rows(data["keys"])
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """Natural widths, then the long (module, key) columns share what the others leave."""
         metrics = self.fontMetrics()
-        for model, view, rows in (
-            (self.modules_model, self.modules_table, data["modules"]),
-            (self.keys_model, self.keys_table, data["keys"]),
+        for which, model, view in (
+            ("modules", self.modules_model, self.modules_table),
+            ("keys", self.keys_model, self.keys_table),
         ):
-            model.set_rows(rows)
-            for col, width in enumerate(natural_widths(model, metrics, max_rows=500)):
-                view.setColumnWidth(col, min(width, 420))
+            widths = natural_widths(model, metrics, max_rows=500)
+            for col, width in enumerate(widths):
+                view.setColumnWidth(col, width)
+            long = LONG_COLUMNS[which]
+            room = view.viewport().width() - sum(w for c, w in enumerate(widths) if c not in long) - 4
+            share_width(view.horizontalHeader(), long, room, minimum=200)
 
     def _set_summary(self, text: str, error: bool = False) -> None:
         self.summary.setText(text)
@@ -213,7 +245,7 @@ class DiffPanel(QWidget):
     def _style_key(self, row: dict[str, Any], column: int, role: int) -> Any:
         if role == Qt.ItemDataRole.ForegroundRole and column == 0:
             return style.brush(CHANGE_COLOURS.get(row.get("change", ""), "#000000"))
-        if role == Qt.ItemDataRole.ForegroundRole and column == 3 and not row.get("op"):
+        if role == Qt.ItemDataRole.ForegroundRole and column == 4 and not row.get("op"):
             return style.brush("#c62828")
         return None
 

@@ -55,9 +55,32 @@ def test_double_click_selects_the_module_in_the_tree(qtbot, window, open_model, 
         "model.visual.patch_embed.proj.weight",
         "model.visual.patch_embed.linear_proj.weight",
     )
-    assert panel.keys_proxy.index(0, 2).data() == "32×3×2×14×14"
-    rect = panel.keys_table.visualRect(panel.keys_proxy.index(0, 1))
+    shown = [panel.keys_proxy.index(0, c).data() for c in range(7)]
+    assert shown == [
+        "renamed",
+        "model.visual.patch_embed",
+        "proj.weight",
+        "32×3×2×14×14",
+        "conv3d_to_linear",
+        "linear_proj.weight",
+        "32×1176",
+    ]
+    rect = panel.keys_table.visualRect(panel.keys_proxy.index(0, 2))
     with qtbot.waitSignal(window.state.module_selected, timeout=5_000):
         qtbot.mouseClick(panel.keys_table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
         qtbot.mouseDClick(panel.keys_table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert window.tree.current_path() == "model.visual.patch_embed"
+
+
+def test_diff_tab_on_full_size_omni(qtbot, window, open_model, only_fusions):
+    open_model(window, "arch:qwen2_5_omni")  # meta only: no weights
+    only_fusions(window, "patch_embeddings", "qkv", "gate_up")
+    panel = window.diff
+    with qtbot.waitSignal(panel.diff_ready, timeout=120_000) as blocker:
+        window.show_tab("diff")
+    diff = blocker.args[0]
+    assert diff.params_equal and not diff.unexplained
+    assert len(panel.rows("modules")) == len(window.state.plan.matched_paths) == 145
+    assert len(panel.rows("keys")) == sum(diff.counts().values())
+    assert all(r["params_equal"] for r in panel.rows("modules"))
+    assert "(equal)" in panel.summary.text()
