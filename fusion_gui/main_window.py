@@ -22,6 +22,7 @@ from . import style
 from .format import human_count
 from .panels.checks import ChecksPanel
 from .panels.details import DetailsPanel
+from .panels.diff import DiffPanel
 from .panels.export_dialog import ExportDialog
 from .panels.fusions import FusionsPanel
 from .panels.log_panel import LogPanel
@@ -34,7 +35,7 @@ from .state import AppState
 if TYPE_CHECKING:
     from fusion_core import Inspection
 
-TAB_NAMES = ("fusions", "mapping", "transforms", "checks", "log")
+TAB_NAMES = ("fusions", "mapping", "transforms", "diff", "checks", "log")
 
 
 class MainWindow(QMainWindow):
@@ -59,6 +60,7 @@ class MainWindow(QMainWindow):
         self.fusions = FusionsPanel(self.state)
         self.mapping = MappingPanel(self.state)
         self.transforms = TransformsPanel(self.state)
+        self.diff = DiffPanel(self.state)
         self.checks = ChecksPanel(self.state)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -66,6 +68,7 @@ class MainWindow(QMainWindow):
             (self.fusions, "Fusions"),
             (self.mapping, "Patch mapping"),
             (self.transforms, "Weight transforms"),
+            (self.diff, "Diff"),
             (self.checks, "Checks"),
             (self.log_panel, "Log"),
         ):
@@ -89,6 +92,7 @@ class MainWindow(QMainWindow):
 
         s = self.state
         s.model_changed.connect(self._on_model_changed)
+        s.preview_ready.connect(self._on_preview_ready)
         s.error_raised.connect(self._on_error_raised)
         s.trust_requested.connect(self._on_trust_requested)
         s.job_started.connect(self._on_job_started)
@@ -269,6 +273,14 @@ class MainWindow(QMainWindow):
         self.params_label.setText(f"{human_count(insp.tree.total_params)} parameters · {len(insp.tree)} modules")
         self.tree.fit_columns()
         self._update_actions()
+
+    def _on_preview_ready(self, cached) -> None:
+        """A model seen before, from the cache: its tree now, the rest when the engine has opened it."""
+        self.tree._on_model_changed(cached)  # the tree panel reads only `.tree` of what it shows
+        self.setWindowTitle(f"{cached.name} — Fusion Inspector")
+        self.model_label.setText(f"<b>{cached.name}</b> · {cached.model_class} · from the cache, loading the engine…")
+        self.params_label.setText(f"{human_count(cached.tree.total_params)} parameters · {len(cached.tree)} modules")
+        self.tree.fit_columns()
 
     def _on_job_started(self, name: str) -> None:
         self.job_progress.setRange(0, 0)

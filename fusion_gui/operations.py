@@ -47,11 +47,13 @@ def _quiet_gc_first_time() -> Iterator[None]:
             _engine_settled = True
 
 
-def open_model(spec: str, *, trust_remote_code: bool = False):
+def open_model(spec: str, *, trust_remote_code: bool = False, cache: bool = True):
     """Resolve ``spec``, build the meta model and tree, and run every family's discovery.
 
     The generator returns the :class:`fusion_core.Inspection`; discovery results are
-    cached in it, so toggling families on the GUI thread costs milliseconds.
+    cached in it, so toggling families on the GUI thread costs milliseconds. With
+    ``cache``, the tree and discovery are also stored as plain data
+    (:mod:`fusion_core.model.cache`) for the next start to paint before torch is imported.
     """
 
     def gen() -> Generator[Any, None, Inspection]:
@@ -67,7 +69,16 @@ def open_model(spec: str, *, trust_remote_code: bool = False):
             insp = fusion_core.inspect_model(source)
             for name in fusion_core.REGISTRY:
                 insp.discovery(name)
+            insp.model_tensors()  # cached for the plans the GUI thread builds
+            if source.checkpoint is not None:
+                # built lazily by the first plan otherwise, on the GUI thread: transformers compiles
+                # ~1000 regexes for its key renamings (110 ms stall on demo:qwen2-vl, bench_gui.py)
+                insp.key_matcher()
         yield Progress(3, 4, f"{source.model_class.__name__}: {len(insp.tree)} modules")
+        if cache:
+            from fusion_core.model import cache as model_cache
+
+            model_cache.save(spec, insp, list(fusion_core.REGISTRY))  # the next start paints it at once
         t2 = time.perf_counter()
         log.info(
             "opened %s: %s, %d modules, engine import %.2f s, open + discovery %.2f s",

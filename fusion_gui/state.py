@@ -20,6 +20,7 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from fusion_core import Discovery, FusionPlan, Inspection
+    from fusion_core.model.cache import CachedInspection
 
 log = logging.getLogger("fusion_gui.state")
 
@@ -38,6 +39,7 @@ class AppState(QObject):
     """Shared application state with signals; lives on the GUI thread."""
 
     model_changed = Signal(object)  # Inspection
+    preview_ready = Signal(object)  # CachedInspection: a model seen before, from the cache, before the engine loads
     fusions_changed = Signal()  # order or enabled set changed (highlights follow)
     plan_changed = Signal(object)  # FusionPlan, or None with `plan_error` set
     module_selected = Signal(str)  # the tree's current module (path)
@@ -62,6 +64,7 @@ class AppState(QObject):
         self.jobs.job_started.connect(lambda _job: self.busy_changed.emit(True))
         self.jobs.job_finished.connect(lambda _job: self.busy_changed.emit(False))
         self.inspection: Inspection | None = None
+        self.preview: CachedInspection | None = None  # shown until the live inspection is ready
         self.spec: str = ""
         self.family_order: list[str] = []
         self.enabled: set[str] = set()
@@ -101,22 +104,44 @@ class AppState(QObject):
         self.opening.emit(spec)
         return job
 
-    def _on_opened(self, spec: str, insp: Inspection) -> None:
-        from fusion_core import REGISTRY
+    def show_cached(self, spec: str) -> bool:
+        """Show ``spec`` from the model cache (plain data; torch is not imported), if it has a valid entry.
 
-        self.inspection = insp
-        self.spec = spec
-        self.check_result = None
-        self.selected_path = ""
-        known = list(REGISTRY)
+        Only while no model is open (start-up): the live inspection, opened next with
+        :meth:`open_model`, replaces it. Returns whether a cached entry was shown.
+        """
+        from fusion_core.model import cache
+
+        if self.inspection is not None:
+            return False
+        cached = cache.load(spec.strip())
+        if cached is None:
+            return False
+        self.preview = cached
+        self._init_fusions(cached.families)
+        self.preview_ready.emit(cached)
+        return True
+
+    def _init_fusions(self, known: list[str]) -> None:
+        """The family order and enabled set for a model with the registered families ``known``."""
         if self._saved_fusions is None and not self.family_order:
             order, enabled = known, set(known)  # a first run shows every family's matches
         elif self._saved_fusions is not None and not self.family_order:
             order, enabled = self._saved_fusions
         else:
             order, enabled = self.family_order, self.enabled
-        order = [n for n in order if n in REGISTRY] + [n for n in known if n not in order]
-        self.family_order, self.enabled = order, {n for n in enabled if n in REGISTRY}
+        order = [n for n in order if n in known] + [n for n in known if n not in order]
+        self.family_order, self.enabled = order, {n for n in enabled if n in known}
+
+    def _on_opened(self, spec: str, insp: Inspection) -> None:
+        from fusion_core import REGISTRY
+
+        self.inspection = insp
+        self.preview = None
+        self.spec = spec
+        self.check_result = None
+        self.selected_path = ""
+        self._init_fusions(list(REGISTRY))
         self.recent_changed.emit(self.settings.add_recent_model(spec))
         self.model_changed.emit(insp)
         self.checks_cleared.emit()
@@ -175,12 +200,13 @@ class AppState(QObject):
         """
         matched: dict[str, str] = {}
         rejected: dict[str, tuple[str, str]] = {}
-        if self.inspection is None:
+        source = self.inspection if self.inspection is not None else self.preview
+        if source is None:
             return matched, rejected
         for name in self.family_order:
             if name not in self.enabled:
                 continue
-            d = self.inspection.discovery(name)
+            d = source.discovery(name)
             for m in d.matches:
                 matched.setdefault(m.path, name)
             for r in d.rejected:

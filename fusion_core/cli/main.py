@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 
 from ..errors import FusionError, UsageError, one_line
 from ..text import printable
-from . import execute, export, inspect
+from . import diff, execute, export, inspect
 
 # the command groups, registered explicitly (a wrong name fails at import, never skipped)
-COMMAND_GROUPS = (inspect, execute, export)
+COMMAND_GROUPS = (inspect, execute, export, diff)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -221,6 +221,7 @@ class Inspection:
         self.seconds = seconds
         self._discoveries: dict[tuple[str, tuple[tuple[str, Any], ...]], Discovery] = {}
         self._matcher: KeyMatcher | None = None
+        self._tensors: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -259,6 +260,15 @@ class Inspection:
                 raise ModelSourceError(f"{self.source.name}: no checkpoint to match keys against")
             self._matcher = KeyMatcher(ckpt.tensors, self.model)
         return self._matcher
+
+    def model_tensors(self) -> dict[str, Any]:
+        """The meta model's parameters and buffers by state-dict name (cached: a plan of a model
+        without checkpoint reads its shapes here; walking 2.7k modules cost 50 ms per plan)."""
+        if self._tensors is None:
+            tensors = dict(self.model.named_parameters())
+            tensors.update(dict(self.model.named_buffers()))
+            self._tensors = tensors
+        return self._tensors
 
     def discover_all(self) -> dict[str, Discovery]:
         """The discovery of every registered family, in registry order."""
@@ -347,8 +357,7 @@ def _checkpoint_transforms(insp: Inspection, transforms: list[KeyTransform]) -> 
     """
     ckpt = insp.source.checkpoint
     if ckpt is None:
-        params = dict(insp.model.named_parameters())
-        params.update(dict(insp.model.named_buffers()))
+        params = insp.model_tensors()
         out = []
         for t in transforms:
             src_shapes = tuple(tuple(params[k].shape) if k in params else () for k in t.sources)

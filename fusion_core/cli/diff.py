@@ -1,0 +1,106 @@
+"""``fusion-core diff MODEL --fusion NAME ... [--json]``: original against fused, without tensor data."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .output import human_count, print_json, table
+
+
+def register(sub: Any) -> None:
+    """Add the ``diff`` subcommand to ``sub`` (argparse subparsers)."""
+    p = sub.add_parser(
+        "diff",
+        help="compare the original model with the fused one: classes, state-dict keys, parameter counts",
+    )
+    p.add_argument("model", help="folder, config.json, arch:<type>, demo:<name> or org/name")
+    p.add_argument("--fusion", action="append", default=[], metavar="NAME", help="family to enable (repeatable)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (docs/cli-json.md)")
+    p.set_defaults(func=cmd_diff)
+
+
+def _shape(shape: Any) -> str:
+    return "x".join(map(str, shape)) if shape is not None else ""
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """``diff MODEL --fusion NAME ... [--json]``: module classes, key changes and parameter counts.
+
+    Exit status 1 (after the output) when a module's parameter count changes or a key
+    changes without a transform of the plan: a fused load would not be the same model.
+    """
+    from ..errors import UsageError
+    from ..plan.diff import diff_plan
+    from ..plan.fusion_plan import inspect_model
+
+    if not args.fusion:
+        raise UsageError("diff: give at least one --fusion NAME (see `fusion-core families`)")
+    insp = inspect_model(args.model, trust_remote_code=args.trust_remote_code)
+    for note in insp.source.notes:
+        print(f"fusion-core: note: {note}", file=sys.stderr)
+    diff = diff_plan(insp.plan({name: True for name in args.fusion}))
+    if args.json:
+        print_json(diff.to_dict())
+    else:
+        _print_human(diff)
+    problems = []
+    if not diff.params_equal:
+        problems.append("parameter counts differ between the original and the fused model")
+    if diff.unexplained:
+        problems.append(f"{len(diff.unexplained)} key(s) change without a transform")
+    if problems:
+        print(f"fusion-core: error: {'; '.join(problems)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_human(diff: Any) -> None:
+    c = diff.counts()
+    print(
+        f"{diff.model}: {diff.model_class}, fusions {', '.join(diff.fusion_config) or 'none'}\n"
+        f"state dict: {diff.original_keys} keys -> {diff.fused_keys} keys ({diff.unchanged_keys} unchanged; "
+        f"{c['removed']} removed, {c['added']} added, {c['renamed']} renamed, {c['reshaped']} reshaped)\n"
+        f"parameters: {human_count(diff.original_params)} -> {human_count(diff.fused_params)} "
+        f"({'equal' if diff.params_equal else 'DIFFERENT'})"
+    )
+    for message in diff.messages:
+        print(f"note: {message}")
+    if not diff.modules:
+        print("\nnothing is fused: the models are the same")
+        return
+    print("\nmodule classes")
+    print(
+        table(
+            [(r["class"], r["fused_class"], r["family"], r["instances"]) for r in diff.classes()],
+            ["original", "fused", "family", "instances"],
+        )
+    )
+    print("\nmodules")
+    print(
+        table(
+            [
+                (
+                    m.path,
+                    m.family,
+                    f"{m.original_class} -> {m.fused_class}",
+                    f"{m.original_params:,}",
+                    f"{m.fused_params:,}",
+                    "yes" if m.params_equal else "NO",
+                )
+                for m in diff.modules
+            ],
+            ["module", "family", "class", "params", "fused params", "equal"],
+        )
+    )
+    print("\nstate-dict keys")
+    print(
+        table(
+            [
+                (k.kind, k.key, _shape(k.shape), k.op or "(no transform)", k.new_key, _shape(k.new_shape))
+                for k in diff.keys
+            ],
+            ["change", "original key", "shape", "op", "fused key", "shape"],
+        )
+    )

@@ -1,0 +1,106 @@
+"""The model cache: plain data of the tree and discovery, keyed by content, validated on read, torch-free."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fusion_core.families import REGISTRY
+from fusion_core.families.plugins import GROUP
+from fusion_core.model import cache
+from fusion_core.plan.fusion_plan import inspect_model
+
+
+def _saved(spec: str):
+    insp = inspect_model(spec)
+    path = cache.save(spec, insp, list(REGISTRY))
+    assert path is not None and path.parent == cache.cache_folder()
+    return insp, path
+
+
+def test_round_trip_is_the_same_tree_and_discovery(qwen2_vl_dir):
+    spec = str(qwen2_vl_dir)
+    insp, _ = _saved(spec)
+    cached = cache.load(spec)
+    assert cached is not None and cached.model_class == "Qwen2VLForConditionalGeneration"
+    assert cached.tree.root.to_dict() == insp.tree.root.to_dict()
+    assert list(cached.tree.by_path) == list(insp.tree.by_path)
+    assert cached.tree.class_counts == insp.tree.class_counts
+    node = cached.tree.by_path["model.visual.patch_embed.proj"]
+    assert node.parent is cached.tree.by_path["model.visual.patch_embed"]
+    assert node.module_name == insp.tree.by_path[node.path].module_name
+    assert cached.families == list(REGISTRY)
+    for name in REGISTRY:
+        live, got = insp.discovery(name), cached.discovery(name)
+        assert [(m.path, m.original_class.__name__, m.fused_class.__name__, m.reason) for m in live.matches] == [
+            (m.path, m.class_name, m.fused_class_name, m.reason) for m in got.matches
+        ]
+        assert [(r.path, r.class_name, r.reason) for r in live.rejected] == [
+            (r.path, r.class_name, r.reason) for r in got.rejected
+        ]
+        assert got.empty_message == live.empty_message
+
+
+def test_reading_an_entry_imports_neither_torch_nor_transformers(qwen2_vl_dir):
+    _saved(str(qwen2_vl_dir))
+    code = (
+        "import sys; from fusion_core.model import cache; c = cache.load(sys.argv[1]); "
+        "print(len(c.tree), 'torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(qwen2_vl_dir)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["65", "False", "False"]
+
+
+def test_key_follows_the_config_content(tmp_path, qwen2_vl_dir):
+    folder = tmp_path / "model"
+    shutil.copytree(qwen2_vl_dir, folder)
+    key = cache.cache_key(str(folder))
+    assert key == cache.cache_key(str(folder / "config.json")) == cache.cache_key(str(qwen2_vl_dir))
+    _saved(str(folder))
+    config = json.loads((folder / "config.json").read_text())
+    config["text_config"]["intermediate_size"] = 96
+    (folder / "config.json").write_text(json.dumps(config))
+    assert cache.cache_key(str(folder)) != key
+    assert cache.load(str(folder)) is None  # the old entry is not used for the edited config
+    _saved(str(folder))
+    gate = cache.load(str(folder)).tree.by_path["model.language_model.layers.0.mlp.gate_proj"]
+    assert gate.params[0].shape == (96, 64)
+
+
+def test_what_is_not_cached(tmp_path):
+    assert cache.cache_key("org/some-model") is None
+    assert cache.cache_key("demo:no-such-demo") is None
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "auto_map": {"AutoModel": "x.Y"}}')
+    assert cache.cache_key(str(tmp_path)) is None  # custom code
+    assert cache.cache_key("arch:llama") != cache.cache_key("arch:mistral")
+    assert cache.PLUGIN_GROUP == GROUP
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda text: text[: len(text) // 2],  # truncated
+        lambda text: text.replace('"version":1', '"version":99'),
+        lambda text: text.replace('"key":"', '"key":"x'),
+        lambda text: text.replace('"nodes":[["",', '"nodes":[["model.nowhere",'),  # a node before its parent
+        lambda text: text.replace('"families":["', '"families":[7,"'),
+        lambda text: json.dumps([1, 2, 3]),
+    ],
+)
+def test_invalid_entries_are_ignored_and_removed(llama_dir, corrupt):
+    spec = str(llama_dir)
+    _, path = _saved(spec)
+    path.write_text(corrupt(path.read_text()))
+    assert cache.load(spec) is None
+    assert not path.exists()
+
+
+def test_oversized_entry_is_not_read(llama_dir, monkeypatch):
+    spec = str(llama_dir)
+    _, path = _saved(spec)
+    monkeypatch.setattr(cache, "MAX_BYTES", path.stat().st_size - 1)
+    assert cache.load(spec) is None and not path.exists()
