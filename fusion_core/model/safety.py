@@ -9,8 +9,11 @@
   config object or model exists;
 * :func:`module_budget`: the backstop while a model is built, for sizes the estimate
   does not know;
-* :func:`read_regular_file` / :func:`strict_json_loads`: small files read without
-  blocking on pipes or devices, and JSON parsed as strictly as safetensors does.
+* :func:`read_regular_file` / :func:`strict_json_loads` / :func:`read_json_object`: small
+  files read without blocking on pipes or devices, and JSON parsed as strictly as
+  safetensors does (repeated keys and NaN/Infinity refused, naming the key).
+
+Label and position-table sizes and side-file limits are in :mod:`fusion_core.model.limits`.
 """
 
 from __future__ import annotations
@@ -362,122 +365,6 @@ def strict_json_loads(data: bytes | str) -> Any:
     """
     text = data.decode("utf-8") if isinstance(data, bytes) else data
     return json.loads(text, object_pairs_hook=_no_duplicates, parse_float=_finite, parse_constant=_no_constant)
-
-
-# --- sizes a config controls outside the meta device -------------------------------------
-
-# id2label is a Python dict built by PretrainedConfig itself (~640 bytes per label):
-# 5,000,000 labels take 3.2 GB and a minute. ImageNet-22k has 21,841 classes.
-MAX_LABELS = 250_000
-# Position tables some models build as Python lists and numpy arrays in their
-# constructors, on the CPU whatever the device (~60 bytes per element while built).
-MAX_TABLE_ELEMENTS = 8_000_000
-_LABEL_KEYS = ("id2label", "label2id")
-
-
-def check_config_costs(data: dict[str, Any], where: str) -> None:
-    """Refuse a config whose sizes would be allocated outside the meta device, before building it.
-
-    Label counts (``num_labels``, ``id2label``, ``label2id``) at any level, and the
-    position tables a few models build in numpy (VideoMAE; XLM, FlauBERT and DistilBERT
-    with sinusoidal embeddings) are estimated from the config's fields.
-
-    Args:
-        data: the parsed ``config.json``.
-        where: the file or spec, for messages.
-
-    Raises:
-        ConfigError: naming the field and the limit.
-    """
-    stack: list[tuple[str, Any, int]] = [("", data, 0)]
-    while stack:
-        prefix, d, level = stack.pop()
-        if not isinstance(d, dict) or level > MAX_CONFIG_DEPTH:
-            continue
-        labels = d.get("num_labels")
-        if isinstance(labels, int) and not isinstance(labels, bool) and labels > MAX_LABELS:
-            raise ConfigError(
-                f"{where}: {prefix}num_labels = {labels} is more than {MAX_LABELS} labels; the label table alone "
-                "would take gigabytes. Check the config"
-            )
-        for key in _LABEL_KEYS:
-            value = d.get(key)
-            if isinstance(value, (dict, list)) and len(value) > MAX_LABELS:
-                raise ConfigError(
-                    f"{where}: {prefix}{key} has {len(value)} entries, more than {MAX_LABELS} labels. Check the config"
-                )
-        elements, field_name = _table_elements(d)
-        if elements > MAX_TABLE_ELEMENTS:
-            raise ConfigError(
-                f"{where}: {prefix}{field_name} makes a position table of {elements:,} values, built outside the "
-                f"meta device (more than {MAX_TABLE_ELEMENTS:,}); refused. Check the config"
-            )
-        for key, v in d.items():
-            if isinstance(v, dict) and key not in _LABEL_KEYS:
-                stack.append((f"{prefix}{key}.", v, level + 1))
-
-
-def _pos(d: dict[str, Any], key: str, default: int) -> int:
-    v = d.get(key, default)
-    if isinstance(v, (list, tuple)) and v:
-        v = v[0]
-    return v if _is_int(v) else default
-
-
-def _table_elements(d: dict[str, Any]) -> tuple[int, str]:
-    """Values of the numpy position table(s) the model of ``d`` builds, and the field that sizes them."""
-    model_type = d.get("model_type")
-    if model_type == "videomae":
-        side = _pos(d, "image_size", 224) // max(_pos(d, "patch_size", 16), 1)
-        frames = _pos(d, "num_frames", 16) // max(_pos(d, "tubelet_size", 2), 1)
-        width = max(_pos(d, "hidden_size", 768), _pos(d, "decoder_hidden_size", 384))
-        return side * side * frames * width, "image_size"
-    flag = {"xlm": "sinusoidal_embeddings", "flaubert": "sinusoidal_embeddings", "distilbert": "sinusoidal_pos_embds"}
-    if model_type in flag and d.get(flag[model_type]):
-        width = _pos(d, "dim" if model_type == "distilbert" else "emb_dim", 2048)
-        return _pos(d, "max_position_embeddings", 512) * width, "max_position_embeddings"
-    return 0, ""
-
-
-# --- side files: read by transformers when a model is loaded --------------------------------
-
-# Small JSON files next to the weights; real ones are a few KB.
-SMALL_SIDE_FILES = (
-    "generation_config.json",
-    "preprocessor_config.json",
-    "processor_config.json",
-    "video_preprocessor_config.json",
-    "feature_extractor_config.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.json",
-    "chat_template.jinja",
-    "adapter_config.json",
-)
-MAX_SMALL_SIDE_FILE = 16 * 1024 * 1024
-# Vocabularies and tokenizer models: real ones are up to a few tens of MB.
-VOCAB_FILES = (
-    "tokenizer.json",
-    "tokenizer.model",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-)
-MAX_VOCAB_FILE = 512 * 1024 * 1024
-GENERATION_CONFIG = "generation_config.json"
-MAX_GENERATION_CONFIG = 1024 * 1024
-
-
-def side_file_limit(name: str) -> int | None:
-    """The size limit of a side file transformers may read, ``None`` for other names."""
-    if name in SMALL_SIDE_FILES:
-        return MAX_GENERATION_CONFIG if name == GENERATION_CONFIG else MAX_SMALL_SIDE_FILE
-    if name in VOCAB_FILES:
-        return MAX_VOCAB_FILE
-    return None
 
 
 def nonfinite_key(value: Any, prefix: str = "", level: int = 0) -> str | None:

@@ -20,7 +20,12 @@ A model folder is data, never code:
 * ``config.json`` is read bounded in size and depth, and a config whose layer
   counts would make a model of more than ``MAX_MODULES`` modules is refused before any
   config object or model is built (:func:`check_model_size`); :func:`module_budget`
-  stops a build that grows past the limit anyway.
+  stops a build that grows past the limit anyway; label counts and numpy position tables
+  are bounded too (:mod:`fusion_core.model.limits`);
+* the bytes validated are the bytes loaded: ``transformers_weights`` naming another file,
+  an index beside ``model.safetensors``, and weights, index, ``config.json`` or
+  ``generation_config.json`` linking out of the folder are refused; side files
+  transformers reads whole are size-limited (:func:`check_side_files`).
 """
 
 from __future__ import annotations
@@ -37,18 +42,16 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CheckpointError, ConfigError, ModelSourceError, RemoteCodeError, UnsafeModelError
 from .checkpoint import CheckpointIndex, read_index, safe_member
 from .classes import model_class_for, resolve_model_class
+from .limits import GENERATION_CONFIG, check_config_costs, side_file_limit
 from .safety import (
-    GENERATION_CONFIG,
     MAX_CONFIG_DEPTH,
     MAX_LAYERS,
     MAX_MODULES,
-    check_config_costs,
     check_model_size,
     estimate_modules,
     module_budget,
     read_json_object,
     remote_code_files,
-    side_file_limit,
     without_remote_code,
 )
 

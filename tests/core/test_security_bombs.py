@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fusion_core.errors import ConfigError
-from fusion_core.model.safety import MAX_GENERATION_CONFIG, check_config_costs
+from fusion_core.model.limits import MAX_GENERATION_CONFIG, check_config_costs
 
 _PROBE = """
 import json, resource, sys, time
