@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from .. import style
+from ..format import natural_key
 
 if TYPE_CHECKING:
     from ..state import AppState
@@ -142,7 +143,8 @@ class FusionsPanel(QWidget):
         try:
             current = self.list.currentRow()
             self.list.clear()
-            for i, name in enumerate(self.state.family_order):
+            colours = style.family_colours(self.state.family_order)
+            for name in self.state.family_order:
                 spec = get_family(name)
                 d = self.state.discovery(name)
                 if d is not None:
@@ -164,8 +166,9 @@ class FusionsPanel(QWidget):
                     | Qt.ItemFlag.ItemIsDragEnabled
                 )
                 item.setCheckState(Qt.CheckState.Checked if name in self.state.enabled else Qt.CheckState.Unchecked)
-                item.setIcon(style.fused_icon(style.FAMILY_COLOURS[i % len(style.FAMILY_COLOURS)]))
-                tip = "\n".join(f"{r.path}: {r.reason}" for r in (d.rejected if d else [])[:20])
+                item.setIcon(style.fused_icon(colours[name]))
+                rejected = sorted(d.rejected if d else [], key=lambda r: natural_key(r.path))
+                tip = "\n".join(f"{r.path}: {r.reason}" for r in rejected[:20])
                 item.setToolTip(tip or spec.description)
                 self.list.addItem(item)
             if 0 <= current < self.list.count():
