@@ -39,8 +39,8 @@ FamilyRole = Qt.ItemDataRole.UserRole + 4
 ColourRole = Qt.ItemDataRole.UserRole + 5  # the family colour (for the count badge)
 FoldRole = Qt.ItemDataRole.UserRole + 6  # number of folded modules (0: not a fold)
 
-COLUMNS = ("Module", "Class", "Params", "Own", "Weight shape", "dtype", "Check")
-NAME, CLASS, PARAMS, OWN, SHAPE, DTYPE, CHECK = range(len(COLUMNS))
+COLUMNS = ("Module", "Class", "Instances", "Params", "Own", "Weight shape", "dtype", "Check")
+NAME, CLASS, INSTANCES, PARAMS, OWN, SHAPE, DTYPE, CHECK = range(len(COLUMNS))
 
 
 @dataclass(eq=False)
@@ -323,7 +323,7 @@ class ModuleTreeModel(QAbstractItemModel):
             return ov.colour_below([path], strictly=True)
         if role == FoldRole:
             return 0
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (PARAMS, OWN, CHECK):
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (INSTANCES, PARAMS, OWN, CHECK):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.DecorationRole and col == NAME:
             return ov.icon(path, [path])
@@ -365,7 +365,7 @@ class ModuleTreeModel(QAbstractItemModel):
             return families.pop() if len(families) == 1 else ""
         if role == ColourRole:
             return ov.colour_below(paths)
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (PARAMS, OWN, CHECK):
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (INSTANCES, PARAMS, OWN, CHECK):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.DecorationRole and col == NAME:
             return ov.icon(paths[0], paths) if all(p in ov.matched for p in paths) else ov.icon("", paths)
@@ -391,9 +391,10 @@ def _display(node: ModuleNode, col: int) -> str:
     if col == NAME:
         return node.name
     if col == CLASS:
-        # "×N" read as a repeat count: say what the number is
-        n = node.same_class_count
-        return f"{node.class_name} · {n} in model" if n > 1 else node.class_name
+        return node.class_name
+    if col == INSTANCES:
+        # its own column: "Linear ×25" read as a repeat count
+        return str(node.same_class_count) if node.same_class_count > 1 else ""
     if col == PARAMS:
         return human_count(node.total_params)
     if col == OWN:
@@ -408,7 +409,8 @@ def _display(node: ModuleNode, col: int) -> str:
 
 _HEADER_TIPS = (
     "Module name (its path is in the details pane); 'layers 0–31 ×32 (identical)' folds identical layers",
-    "Class; 'N in model': instances of this class in the whole model",
+    "Class of the module",
+    "Instances of this class in the whole model (not a repeat count)",
     "Parameters of the module and everything below it",
     "Parameters of this module itself",
     "Shape of the module's main weight",

@@ -233,8 +233,8 @@ class TransformsPanel(QWidget):
         for module in order:
             rows = groups[module]
             family = rows[0].get("family", "")
-            head = [QStandardItem(module), QStandardItem(f"{len(rows)} key(s)"), QStandardItem(""),
-                    QStandardItem(family), QStandardItem(""), QStandardItem("")]  # fmt: skip
+            # one cell across the row: the module path is never cut for the columns' sake
+            head = [QStandardItem(f"{module}   ·  {len(rows)} key(s), {family}")]
             head[0].setIcon(style.fused_icon(colours.get(family, style.FAMILY_COLOURS[0])))
             head[0].setFont(bold)
             head[0].setToolTip(f"module {module} ({family}); double-click to select it in the tree")
@@ -253,6 +253,7 @@ class TransformsPanel(QWidget):
                 items[0].setToolTip(f"{row['source_key']}\nmodule: {module} ({family})")
                 head[0].appendRow(items)
             root.appendRow(head)
+            self.table.setFirstColumnSpanned(root.rowCount() - 1, root.index(), True)
         self.table.expandAll()
         self._fit()
         self._update_scope_label(len(shown))
@@ -273,8 +274,7 @@ class TransformsPanel(QWidget):
         header = self.table.header()
         fm = self.table.fontMetrics()
         for col in (1, 2, 3, 5):
-            texts = [HEADERS[col]] + [self.model.index(r, col).data() or "" for r in range(self.model.rowCount())]
-            texts += [_cell(row, col) for row in self._shown[:2000]]
+            texts = [HEADERS[col]] + [_cell(row, col) for row in self._shown[:2000]]
             header.resizeSection(col, max(fm.horizontalAdvance(t) for t in texts) + 18)
         others = sum(header.sectionSize(c) for c in (1, 2, 3, 5))
         room = max(self.table.viewport().width() - others - 2, 2 * 160)

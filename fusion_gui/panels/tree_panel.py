@@ -32,7 +32,10 @@ from .. import style
 from ..models.tree_model import (
     CHECK,
     CLASS,
+    DTYPE,
+    INSTANCES,
     NAME,
+    OWN,
     SHAPE,
     ColourRole,
     CountRole,
@@ -162,9 +165,13 @@ class TreePanel(QWidget):
         header = self.view.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        for col, width in enumerate((220, 200, 66, 60, 100, 64, 150)):
+        for col, width in enumerate((220, 200, 66, 66, 60, 100, 64, 150)):
             header.resizeSection(col, width)
         self.view.setColumnHidden(CHECK, True)
+        for col in (OWN, DTYPE):  # rarely needed at first sight; the header's menu shows them
+            self.view.setColumnHidden(col, True)
+        header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        header.customContextMenuRequested.connect(self._on_header_menu)
         self.copy_action = QAction("Copy path", self.view)
         self.copy_action.setShortcut(QKeySequence.StandardKey.Copy)
         self.copy_action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
@@ -258,6 +265,12 @@ class TreePanel(QWidget):
         for child in tree.root.children:
             if child.children:
                 self.view.expand(self.proxy_index(child.path))
+        # the layer lists near the top show their folds ("layers 0–31 ×32 (identical)") at once
+        if self.model.folding:
+            for node in tree.root.walk():
+                if node.kind == "container" and node.children and node.path.count(".") <= 2:
+                    self.model.ensure_fetched(node.children[0].path)
+                    self._expand_ancestors(node.children[0].path)
 
     def _on_fusions_changed(self) -> None:
         matched, rejected = self.state.highlights()
@@ -329,10 +342,15 @@ class TreePanel(QWidget):
             self.legend.addWidget(label)
 
         enabled = [n for n in self.state.family_order if n in self.state.enabled]
+        # only families with matches: the others mark nothing (their counts are in the Fusions tab)
         for name in enabled:
             n = sum(1 for f in matched.values() if f == name)
-            add(style.fused_icon(colours[name]), f"{name} ({n})", f"modules {name} replaces (its colour everywhere)")
-        add(style.rejected_icon(), f"rejected ({len(rejected)})", "candidates not fused; the reason is in the tooltip")
+            if n:
+                tip = f"modules {name} replaces (its colour everywhere)"
+                add(style.fused_icon(colours[name]), f"{name} ({n})", tip)
+        if rejected:
+            tip = "candidates not fused; the reason is in the tooltip"
+            add(style.rejected_icon(), f"rejected ({len(rejected)})", tip)
         if matched:
             add(style.contains_icon(style.MIXED), "contains fusable", "the number of fusable modules below")
         hint = "" if matched else ("nothing to fuse with the enabled fusions" if enabled else "no fusion enabled")
@@ -409,8 +427,8 @@ class TreePanel(QWidget):
         self._show_top_levels()
         if self.proxy.node_filter:
             self.apply_filter()
-        if current:
-            self.select_path(current)
+        if current and self.select_path(current):
+            self.view.expand(self.view.currentIndex())  # where the user was: open, as the fold was
 
     # navigation ------------------------------------------------------------------------
     def proxy_index(self, path: str, column: int = 0) -> QModelIndex:
@@ -531,6 +549,17 @@ class TreePanel(QWidget):
         menu.addAction("Collapse", lambda: self.view.collapse(index))
         return menu
 
+    def _on_header_menu(self, pos) -> None:
+        menu = QMenu(self)
+        for col in range(1, self.model.columnCount()):
+            if col == CHECK and not self.model.overlay.scores:
+                continue
+            action = menu.addAction(self.model.headerData(col, Qt.Orientation.Horizontal))
+            action.setCheckable(True)
+            action.setChecked(not self.view.isColumnHidden(col))
+            action.toggled.connect(lambda on, c=col: (self.view.setColumnHidden(c, not on), self.fit_columns()))
+        menu.popup(self.view.header().mapToGlobal(pos))
+
     def _show_in(self, path: str, tab: str) -> None:
         self.state.select_module(path)
         self.state.tab_requested.emit(tab)
@@ -543,11 +572,14 @@ class TreePanel(QWidget):
     def fit_columns(self) -> None:
         """Fit class and shape to their text; the name column takes the rest of the width."""
         header = self.view.header()
-        width = self.view.viewport().width()
+        # room for the vertical scroll bar that appears as rows are expanded
+        bar = self.view.style().pixelMetric(self.view.style().PixelMetric.PM_ScrollBarExtent)
+        width = self.view.width() - 2 * self.view.frameWidth() - bar
         for col in (CLASS, SHAPE):
             self.view.resizeColumnToContents(col)
         header.resizeSection(SHAPE, min(max(header.sectionSize(SHAPE), 90), 150))
-        header.resizeSection(CLASS, min(max(header.sectionSize(CLASS) + 8, 140), int(width * 0.3)))
+        header.resizeSection(CLASS, min(max(header.sectionSize(CLASS) + 8, 140), int(width * 0.22)))
+        header.resizeSection(INSTANCES, self.view.fontMetrics().horizontalAdvance("Instances") + 16)
         if not self.view.isColumnHidden(CHECK):
             header.resizeSection(CHECK, 170)
         others = sum(
