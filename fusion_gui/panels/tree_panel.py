@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from .. import style
+from ..models.overlay import NodeFilter
 from ..models.tree_model import (
     CHECK,
     CLASS,
@@ -369,21 +370,24 @@ class TreePanel(QWidget):
         self._filter_timer.stop()
         text = self.filter_edit.text()
         tree = self.model.tree
-        self.proxy.set_needle(text, self.state_box.currentData() or "")
+        term = self.state_box.currentData() or ""
+        node_filter = NodeFilter(text, term)
         self._hits, self._hit = [], -1
-        if tree is None or not self.proxy.node_filter:
+        if tree is None or not node_filter:
+            self.proxy.set_needle(text, term)
             self.filter_count.setText("")
             self.filter_applied.emit(text, 0)
             return 0
-        hits = [n for n in tree.root.walk() if self.proxy.matches(n)]
+        overlay = self.model.overlay
+        hits = [n for n in tree.root.walk() if node_filter.matches(n, overlay)]
         # rows below unexpanded nodes (and folds) do not exist yet: create the ancestors of each hit
         for node in hits:
             self.model.ensure_fetched(node.path)
-        self.proxy.set_needle(text, self.state_box.currentData() or "")
+        self.proxy.set_needle(text, term)  # once, after the rows exist
         for node in hits[:2000]:  # beyond that, expanding costs more than it shows
             self._expand_ancestors(node.path)
         self._hits = [n.path for n in hits]
-        error = self.proxy.node_filter.error
+        error = node_filter.error
         count = f"{len(hits)} match{'es' if len(hits) != 1 else ''}"
         self.filter_count.setText(f"{count} (literal)" if error else count)
         self.filter_count.setToolTip(error)
