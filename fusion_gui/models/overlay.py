@@ -193,11 +193,14 @@ class Overlay:
         return f"{verdict} · {share:.0%} of time" if share else verdict
 
     def check_tint(self, paths: list[str], below: str | None = None) -> QColor | None:
-        within = [self.scores[below]] if below is not None and below in self.scores else self._within(paths)
+        own = below is not None and below in self.scores
+        within = [self.scores[below]] if own else self._within(paths)
         if not within:
             return None
         if any(not s.passed for s in within):
             return style.tint(style.FAIL, 0.25)
+        if not own:
+            return style.tint(style.MIXED, 0.1)  # a summary: its modules carry the speed colours
         verdicts = {s.verdict for s in within}
         if verdicts == {"faster"}:
             return style.tint(style.PASS, 0.25)

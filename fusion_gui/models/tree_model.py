@@ -39,8 +39,9 @@ FamilyRole = Qt.ItemDataRole.UserRole + 4
 ColourRole = Qt.ItemDataRole.UserRole + 5  # the family colour (for the count badge)
 FoldRole = Qt.ItemDataRole.UserRole + 6  # number of folded modules (0: not a fold)
 
-COLUMNS = ("Module", "Class", "Instances", "Params", "Own", "Weight shape", "dtype", "Check")
-NAME, CLASS, INSTANCES, PARAMS, OWN, SHAPE, DTYPE, CHECK = range(len(COLUMNS))
+# the Check column (hidden until checks ran) sits by the name, where a narrow window still shows it
+COLUMNS = ("Module", "Class", "Check", "Instances", "Params", "Own", "Weight shape", "dtype")
+NAME, CLASS, CHECK, INSTANCES, PARAMS, OWN, SHAPE, DTYPE = range(len(COLUMNS))
 
 
 @dataclass(eq=False)
@@ -323,7 +324,7 @@ class ModuleTreeModel(QAbstractItemModel):
             return ov.colour_below([path], strictly=True)
         if role == FoldRole:
             return 0
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (INSTANCES, PARAMS, OWN, CHECK):
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (INSTANCES, PARAMS, OWN):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.DecorationRole and col == NAME:
             return ov.icon(path, [path])
@@ -365,7 +366,7 @@ class ModuleTreeModel(QAbstractItemModel):
             return families.pop() if len(families) == 1 else ""
         if role == ColourRole:
             return ov.colour_below(paths)
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (INSTANCES, PARAMS, OWN, CHECK):
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (INSTANCES, PARAMS, OWN):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.DecorationRole and col == NAME:
             return ov.icon(paths[0], paths) if all(p in ov.matched for p in paths) else ov.icon("", paths)
@@ -410,12 +411,12 @@ def _display(node: ModuleNode, col: int) -> str:
 _HEADER_TIPS = (
     "Module name (its path is in the details pane); 'layers 0–31 ×32 (identical)' folds identical layers",
     "Class of the module",
+    "Last checks: speedup and pass/FAIL against the tolerance (interval and error in the tooltip); ancestors summarise",
     "Instances of this class in the whole model (not a repeat count)",
     "Parameters of the module and everything below it",
     "Parameters of this module itself",
     "Shape of the module's main weight",
     "dtype of the main weight (meta model: the config's dtype)",
-    "Last checks: speedup with its 95% interval, pass/FAIL against the tolerance; ancestors summarise",
 )
 
 

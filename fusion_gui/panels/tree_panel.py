@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QObject, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QColor, QFontMetrics, QGuiApplication, QKeySequence, QPainter, QShortcut
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QColor, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -20,8 +20,6 @@ from PySide6.QtWidgets import (
     QMenu,
     QProgressBar,
     QSizePolicy,
-    QStyledItemDelegate,
-    QStyleOptionViewItem,
     QToolButton,
     QTreeView,
     QVBoxLayout,
@@ -38,60 +36,16 @@ from ..models.tree_model import (
     NAME,
     OWN,
     SHAPE,
-    ColourRole,
-    CountRole,
     ModuleFilterProxy,
     ModuleTreeModel,
     PathRole,
-    StatusRole,
 )
+from .tree_parts import BadgeDelegate, EscapeFilter, header_menu, row_menu
 
 if TYPE_CHECKING:
     from fusion_core import Inspection
 
     from ..state import AppState
-
-
-class BadgeDelegate(QStyledItemDelegate):
-    """Draws a small pill with the number of fusable modules below a collapsed ancestor."""
-
-    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
-        count = index.data(CountRole) or 0
-        if not count or index.data(StatusRole) == "matched":
-            super().paint(painter, option, index)
-            return
-        text = str(count)
-        fm = QFontMetrics(option.font)
-        badge_w = fm.horizontalAdvance(text) + 12
-        opt = QStyleOptionViewItem(option)
-        self.initStyleOption(opt, index)
-        style_ = opt.widget.style() if opt.widget is not None else None
-        text_rect = (
-            style_.subElementRect(style_.SubElement.SE_ItemViewItemText, opt, opt.widget)
-            if style_ is not None
-            else opt.rect
-        )
-        name_w = fm.horizontalAdvance(opt.text)
-        # the name is elided if the badge would not fit after it; the badge stays visible
-        room = text_rect.width() - badge_w - 8
-        narrowed = QStyleOptionViewItem(option)
-        if name_w > room:
-            narrowed.rect = option.rect.adjusted(0, 0, -(badge_w + 8), 0)
-            x = option.rect.right() - badge_w - 4
-        else:
-            x = text_rect.left() + name_w + 6
-        super().paint(painter, narrowed, index)
-        rect = option.rect
-        pill = QRectF(x, rect.top() + 3, badge_w, rect.height() - 6)
-        colour = index.data(ColourRole) or style.family_colour(0)
-        painter.save()
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(QColor(colour))
-        painter.drawRoundedRect(pill, pill.height() / 2, pill.height() / 2)
-        painter.setPen(style.text_on(colour))
-        painter.drawText(pill, Qt.AlignmentFlag.AlignCenter, text)
-        painter.restore()
 
 
 STATE_CHOICES = (
@@ -166,7 +120,7 @@ class TreePanel(QWidget):
         header = self.view.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        for col, width in enumerate((220, 200, 66, 66, 60, 100, 64, 150)):
+        for col, width in enumerate((220, 200, 150, 66, 66, 60, 100, 64)):
             header.resizeSection(col, width)
         self.view.setColumnHidden(CHECK, True)
         for col in (OWN, DTYPE):  # rarely needed at first sight; the header's menu shows them
@@ -209,7 +163,7 @@ class TreePanel(QWidget):
         self._filter_timer.timeout.connect(self.apply_filter)
         self.filter_edit.textChanged.connect(self._on_text_changed)
         self.filter_edit.returnPressed.connect(self.next_match)
-        self._esc = _EscapeClears(self.filter_edit)
+        self._esc = EscapeFilter(self.filter_edit, self.clear_filter)
         for keys, slot in (("F3", self.next_match), ("Shift+F3", self.previous_match)):
             shortcut = QShortcut(QKeySequence(keys), self)
             shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
@@ -266,12 +220,15 @@ class TreePanel(QWidget):
         for child in tree.root.children:
             if child.children:
                 self.view.expand(self.proxy_index(child.path))
+        from fusion_core.model.tree import repeat_runs  # the engine is loaded: a model is open
+
         # the layer lists near the top show their folds ("layers 0–31 ×32 (identical)") at once
         if self.model.folding:
             for node in tree.root.walk():
-                if node.kind == "container" and node.children and node.path.count(".") <= 2:
-                    self.model.ensure_fetched(node.children[0].path)
-                    self._expand_ancestors(node.children[0].path)
+                if node.kind == "container" and node.path.count(".") <= 2 and repeat_runs(node.children):
+                    self.model.ensure_fetched(node.children[0].path)  # the fold row exists, closed
+                    self._expand_ancestors(node.path)
+                    self.view.expand(self.proxy_index(node.path))
 
     def _on_fusions_changed(self) -> None:
         matched, rejected = self.state.highlights()
@@ -525,46 +482,13 @@ class TreePanel(QWidget):
 
     def context_menu(self, index: QModelIndex) -> QMenu:
         """The row's menu: copy path, show transforms / in mapping, check, expand all below."""
-        path = index.data(PathRole) or ""
-        menu = QMenu(self)
-        menu.setToolTipsVisible(True)
-        ov = self.model.overlay
-        within = [p for p in ov.matched if p == path or p.startswith(f"{path}.") or not path]
-        menu.addAction(f"Copy path  ({path or 'root'})", lambda: self.copy_path(index))
-        menu.addSeparator()
-        for text, tab, reason in (
-            ("Show transforms", "transforms", "" if within else "nothing is fused here with the enabled fusions"),
-            ("Show in mapping", "mapping", "" if within else "nothing is fused here with the enabled fusions"),
-        ):
-            action = menu.addAction(text, lambda t=tab: self._show_in(path, t))
-            action.setEnabled(not reason)
-            action.setToolTip(reason or f"{text.lower()} of {path or 'the model'}")
-        checked = [p for p in ov.scores if p == path or p.startswith(f"{path}.") or not path]
-        reason = "" if within else "nothing is fused here with the enabled fusions"
-        if within and not checked:
-            reason = self.state.check_blocker()
-        action = menu.addAction(
-            "Check this module" if not checked else "Show its check results", lambda: self.state.check_module(path)
-        )
-        action.setEnabled(not reason)
-        action.setToolTip(reason or ("select its results in Checks" if checked else "run the checks, then show it"))
-        menu.addSeparator()
-        menu.addAction("Expand all below", lambda: self.expand_all_below(index))
-        menu.addAction("Collapse", lambda: self.view.collapse(index))
-        return menu
+        return row_menu(self, index)
 
     def _on_header_menu(self, pos) -> None:
-        menu = QMenu(self)
-        for col in range(1, self.model.columnCount()):
-            if col == CHECK and not self.model.overlay.scores:
-                continue
-            action = menu.addAction(self.model.headerData(col, Qt.Orientation.Horizontal))
-            action.setCheckable(True)
-            action.setChecked(not self.view.isColumnHidden(col))
-            action.toggled.connect(lambda on, c=col: (self.view.setColumnHidden(c, not on), self.fit_columns()))
-        menu.popup(self.view.header().mapToGlobal(pos))
+        header_menu(self).popup(self.view.header().mapToGlobal(pos))
 
-    def _show_in(self, path: str, tab: str) -> None:
+    def show_in(self, path: str, tab: str) -> None:
+        """Select ``path`` and show it in a tab (transforms, mapping)."""
         self.state.select_module(path)
         self.state.tab_requested.emit(tab)
 
@@ -582,34 +506,23 @@ class TreePanel(QWidget):
         for col in (CLASS, SHAPE):
             self.view.resizeColumnToContents(col)
         header.resizeSection(SHAPE, min(max(header.sectionSize(SHAPE), 90), 150))
-        header.resizeSection(CLASS, min(max(header.sectionSize(CLASS) + 8, 140), int(width * 0.22)))
+        header.resizeSection(
+            CLASS,
+            min(
+                max(header.sectionSize(CLASS) + 8, 140),
+                int(width * (0.22 if self.view.isColumnHidden(CHECK) else 0.17)),
+            ),
+        )
         header.resizeSection(INSTANCES, self.view.fontMetrics().horizontalAdvance("Instances") + 16)
         if not self.view.isColumnHidden(CHECK):
-            header.resizeSection(CHECK, 170)
+            self.view.resizeColumnToContents(CHECK)
+            header.resizeSection(CHECK, min(max(header.sectionSize(CHECK), 110), 190))
         others = sum(
             header.sectionSize(c) for c in range(header.count()) if c != NAME and not self.view.isColumnHidden(c)
         )
-        header.resizeSection(NAME, max(width - others - 2, 200))
+        header.resizeSection(NAME, max(width - others - 2, 240))
 
     def resizeEvent(self, event) -> None:  # Qt override: keep the columns within the width
         super().resizeEvent(event)
         if self.model.tree is not None:
             self.fit_columns()
-
-
-class _EscapeClears(QObject):
-    """Esc in the filter box clears the filter (the line edit itself ignores Esc)."""
-
-    def __init__(self, edit: QLineEdit) -> None:
-        super().__init__(edit)
-        edit.installEventFilter(self)
-
-    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # Qt override
-        if event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Escape:
-            panel = obj.parent()
-            while panel is not None and not isinstance(panel, TreePanel):
-                panel = panel.parent()
-            if panel is not None:
-                panel.clear_filter()
-                return True
-        return False
