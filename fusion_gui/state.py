@@ -199,6 +199,8 @@ class AppState(QObject):
             return "open a model first"
         if self.plan is None:
             return f"the enabled fusions conflict: {self.plan_error}" if self.plan_error else "no plan"
+        if self.inspection.source.checkpoint is None:
+            return "the model has no weights (config only): there is no checkpoint to convert"
         if self.jobs.busy:
             return "wait for the running job"
         return ""

@@ -286,6 +286,7 @@ def test_config_only_cannot_run_checks(qtbot, window, open_model, only_fusions, 
     open_model(window, str(folder))
     only_fusions(window, "patch_embeddings")
     assert not window.checks_action.isEnabled() and "no weights" in window.checks_action.toolTip()
+    assert not window.export_action.isEnabled() and "no weights" in window.export_action.toolTip()
     menu = window.tree.context_menu(window.tree.proxy_index("model.visual.patch_embed"))
     check = next(a for a in menu.actions() if a.text() == "Check this module")
     assert not check.isEnabled() and "no weights" in check.toolTip()

@@ -64,6 +64,11 @@ def test_check_overlay_per_module_and_summarised_on_ancestors(qtbot, window, ope
     assert fold.data(FoldRole) == 2 and fold.siblingAtColumn(CHECK).data() == "1 of 2 FAIL · 15% of time"
     tree.filter_edit.setText("is:failed")
     assert tree.apply_filter() == 1
+    # "check this module" with results: the Checks tab, its row selected
+    window.state.check_module(f"{LM}.layers.1.self_attn")
+    assert window.tabs.currentWidget() is window.checks
+    selected = window.checks.table.selectionModel().selectedRows()
+    assert [window.checks.model.rows[i.row()]["module"] for i in selected] == [f"{LM}.layers.1.self_attn"]
     # a new plan clears them
     only_fusions(window)
     assert tree.view.isColumnHidden(CHECK) and model.index_for_path(LM, CHECK).data() == ""
