@@ -40,7 +40,7 @@ from ..models.tree_model import (
     ModuleTreeModel,
     PathRole,
 )
-from .tree_parts import BadgeDelegate, EscapeFilter, header_menu, row_menu
+from .tree_parts import BadgeDelegate, EscapeFilter, fill_legend, header_menu, row_menu
 
 if TYPE_CHECKING:
     from fusion_core import Inspection
@@ -283,40 +283,7 @@ class TreePanel(QWidget):
         self.apply_filter()
 
     def _update_legend(self) -> None:
-        while self.legend.count():
-            item = self.legend.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
-        matched, rejected = self.state.highlights()
-        colours = style.family_colours(self.state.family_order)
-
-        def add(icon, text: str, tip: str) -> None:
-            pic = QLabel()
-            pic.setPixmap(icon.pixmap(14, 14))
-            label = QLabel(text)
-            label.setToolTip(tip)
-            pic.setToolTip(tip)
-            self.legend.addWidget(pic)
-            self.legend.addWidget(label)
-
-        enabled = [n for n in self.state.family_order if n in self.state.enabled]
-        # only families with matches: the others mark nothing (their counts are in the Fusions tab)
-        for name in enabled:
-            n = sum(1 for f in matched.values() if f == name)
-            if n:
-                tip = f"modules {name} replaces (its colour everywhere)"
-                add(style.fused_icon(colours[name]), f"{name} ({n})", tip)
-        if rejected:
-            tip = "candidates not fused; the reason is in the tooltip"
-            add(style.rejected_icon(), f"rejected ({len(rejected)})", tip)
-        if matched:
-            add(style.contains_icon(style.MIXED), "contains fusable", "the number of fusable modules below")
-        hint = "" if matched else ("nothing to fuse with the enabled fusions" if enabled else "no fusion enabled")
-        if hint:
-            label = QLabel(f"{hint} (Fusions tab)")
-            label.setProperty("role", "hint")
-            self.legend.addWidget(label)
-        self.legend.addStretch(1)
+        fill_legend(self.legend, self.state)
 
     # filter ----------------------------------------------------------------------------
     def _on_text_changed(self, _text: str) -> None:

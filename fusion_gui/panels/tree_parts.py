@@ -1,4 +1,4 @@
-"""Parts of the tree panel: the count badge, the row and header menus, Esc in the filter box."""
+"""Parts of the tree panel: the count badge, the legend, the row and header menus, Esc in the filter box."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QPainter
-from PySide6.QtWidgets import QLineEdit, QMenu, QStyledItemDelegate, QStyleOptionViewItem
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QMenu, QStyledItemDelegate, QStyleOptionViewItem
 
 from .. import style
 from ..models.tree_model import CHECK, ColourRole, CountRole, PathRole, StatusRole
 
 if TYPE_CHECKING:
+    from ..state import AppState
     from .tree_panel import TreePanel
 
 
@@ -115,3 +116,41 @@ class EscapeFilter(QObject):
             self._clear()
             return True
         return False
+
+
+def fill_legend(layout: QHBoxLayout, state: AppState) -> None:
+    """The legend under the tree: each family with matches in its colour, rejected, fusable below."""
+    while layout.count():
+        item = layout.takeAt(0)
+        if item.widget() is not None:
+            item.widget().deleteLater()
+    matched, rejected = state.highlights()
+    colours = style.family_colours(state.family_order)
+
+    def add(icon, text: str, tip: str) -> None:
+        pic = QLabel()
+        pic.setPixmap(icon.pixmap(14, 14))
+        label = QLabel(text)
+        label.setToolTip(tip)
+        pic.setToolTip(tip)
+        layout.addWidget(pic)
+        layout.addWidget(label)
+
+    enabled = [n for n in state.family_order if n in state.enabled]
+    # only families with matches: the others mark nothing (their counts are in the Fusions tab)
+    for name in enabled:
+        n = sum(1 for f in matched.values() if f == name)
+        if n:
+            tip = f"modules {name} replaces (its colour everywhere)"
+            add(style.fused_icon(colours[name]), f"{name} ({n})", tip)
+    if rejected:
+        tip = "candidates not fused; the reason is in the tooltip"
+        add(style.rejected_icon(), f"rejected ({len(rejected)})", tip)
+    if matched:
+        add(style.contains_icon(style.MIXED), "contains fusable", "the number of fusable modules below")
+    hint = "" if matched else ("nothing to fuse with the enabled fusions" if enabled else "no fusion enabled")
+    if hint:
+        label = QLabel(f"{hint} (Fusions tab)")
+        label.setProperty("role", "hint")
+        layout.addWidget(label)
+    layout.addStretch(1)
