@@ -177,13 +177,17 @@ class Overlay:
         return list(seen.values())
 
     def check_text(self, paths: list[str], below: str | None = None) -> str:
-        """'1.42× pass' for a checked module; 'all 3 pass · 12% of time' for what holds several."""
+        """'1.42× [1.30–1.55] pass · 4%' for a checked module (speedup, its 95% interval, the verdict
+        against the tolerance, its share of end-to-end time); 'all 3 pass · 12% of time' above."""
         if below is not None and below in self.scores:
             s = self.scores[below]
             if s.error:
                 return "error"
             speed = f"{s.speedup:.2f}×" if math.isfinite(s.speedup) else "—"
-            return f"{speed} {'pass' if s.passed else 'FAIL'}"
+            if math.isfinite(s.low) and math.isfinite(s.high) and (s.low, s.high) != (s.speedup, s.speedup):
+                speed += f" [{s.low:.2f}–{s.high:.2f}]"
+            share = f" · {s.share:.0%}" if s.share is not None else ""
+            return f"{speed} {'pass' if s.passed else 'FAIL'}{share}"
         within = self._within(paths)
         if not within:
             return ""
