@@ -189,7 +189,10 @@ def apply_view_options(window: MainWindow, args: argparse.Namespace) -> None:
         if args.fusion is not None:
             unknown = sorted(set(args.fusion) - set(state.family_order))
             if unknown:
-                print(f"fusion-inspector: unknown fusion family: {', '.join(unknown)}", file=sys.stderr)
+                _usage_exit(
+                    window, f"unknown fusion family: {', '.join(unknown)} (known: {', '.join(state.family_order)})"
+                )
+                return
             for name in state.family_order:
                 state.set_family_enabled(name, name in args.fusion)
         if args.filter:
@@ -197,18 +200,45 @@ def apply_view_options(window: MainWindow, args: argparse.Namespace) -> None:
             window.tree.apply_filter()
         if args.expand_fusable:
             window.tree.expand_to_fusable()
-        if args.select:
-            window.tree.select_path(args.select)
+        if args.select and not window.tree.select_path(args.select):
+            _usage_exit(window, f"--select: no module {args.select!r} in {args.model}")
 
     state.model_changed.connect(on_model)
     if args.tab:
         window.show_tab(args.tab)
 
 
+def _usage_exit(window: MainWindow, message: str) -> None:
+    """A bad argument found once the model is open: say so and exit 2, as argparse does."""
+    print(f"fusion-inspector: error: {message}", file=sys.stderr)
+    window.state.shutdown()
+    QApplication.instance().exit(2)
+
+
+def parse_window_size(text: str) -> tuple[int, int]:
+    """'1460x900' -> (1460, 900).
+
+    Raises:
+        ValueError: not WIDTHxHEIGHT with both in 200..10000.
+    """
+    width, sep, height = text.lower().partition("x")
+    if not sep or not width.strip().isdigit() or not height.strip().isdigit():
+        raise ValueError(f"--size must be WIDTHxHEIGHT, e.g. 1460x900 (got {text!r})")
+    w, h = int(width), int(height)
+    if not (200 <= w <= 10_000 and 200 <= h <= 10_000):
+        raise ValueError(f"--size: {w}x{h} is out of range (200..10000 each)")
+    return w, h
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``fusion-inspector`` and ``python -m fusion_gui``."""
     t0 = time.time()
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        size = parse_window_size(args.size)
+    except ValueError as e:
+        parser.error(str(e))  # exit 2 with the usage line
     # The window shows progress itself; keep transformers' tqdm bars ("Loading weights") off the
     # terminal. Set before the engine (and so transformers) is imported on the worker.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -218,14 +248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .state import AppState
 
     scripted = bool(args.screenshot or args.report_timing)
-    settings = Settings()
+    settings = Settings(read_only=scripted)  # a scripted run never changes the user's settings
     state = AppState(settings)
     window = MainWindow(state)
     install_excepthook(window)
     driver = None
     if scripted:
-        width, _, height = args.size.partition("x")
-        window.resize(int(width), int(height))
+        window.resize(*size)
         driver = Scripted(window, args, t0)
     apply_view_options(window, args)
     # a model seen before paints from the cache (plain data, no torch) before the engine loads
@@ -234,6 +263,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     app.processEvents()  # the first paint happens before the worker's imports compete for the GIL
     state.open_model(args.model)  # the engine import and the live inspection, on a worker
     code = app.exec()
-    if driver is not None:
+    if driver is not None and driver.exit_code:
         return driver.exit_code
     return code

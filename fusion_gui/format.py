@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 
 _UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
 
@@ -71,3 +72,58 @@ def seconds_text(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f} s"
     return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key that orders numbers by value: 'layers.2' before 'layers.10'."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(text))
+
+
+def elide_dotted(text: str, width: int, measure: Callable[[str], int]) -> str:
+    """Shorten a dotted key to ``width`` without hiding its layer indices or its tail.
+
+    Whole segments are dropped from the left, never a numeric one (the layer index) nor
+    the last two (``q_proj.weight``); each dropped run becomes one '…'. Only when that is
+    not enough is the text cut in the middle.
+
+    Args:
+        text: a module path or checkpoint key.
+        width: the room in pixels (or any unit ``measure`` returns).
+        measure: the width of a string.
+
+    Returns:
+        ``text`` itself when it fits, else a shorter form.
+    """
+    if measure(text) <= width:
+        return text
+    parts = text.split(".")
+    keep = [p.isdigit() or i >= len(parts) - 2 for i, p in enumerate(parts)]
+    dropped = [False] * len(parts)
+    for i in range(len(parts)):
+        if keep[i]:
+            continue
+        dropped[i] = True
+        out = _join_dropped(parts, dropped)
+        if measure(out) <= width:
+            return out
+    out = _join_dropped(parts, dropped)
+    # still too wide: cut the middle of what is left, keeping the tail whole
+    while len(out) > 4 and measure(out) > width:
+        mid = len(out) // 2
+        out = out[: mid - 1] + "…" + out[mid + 1 :]
+        out = out.replace("……", "…")
+    return out
+
+
+def _join_dropped(parts: Sequence[str], dropped: Sequence[bool]) -> str:
+    out: list[str] = []
+    for part, gone in zip(parts, dropped, strict=True):
+        if gone:
+            if not out or out[-1] != "…":
+                out.append("…")
+        else:
+            out.append(part)
+    return ".".join(out).replace("….", "…")

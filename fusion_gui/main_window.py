@@ -101,6 +101,11 @@ class MainWindow(QMainWindow):
         s.recent_changed.connect(self._on_recent_changed)
         s.busy_changed.connect(lambda _busy: self._update_actions())
         s.checks_finished.connect(lambda _r: self.show_tab("checks"))
+        s.checks_finished.connect(lambda _r: self._update_actions())
+        s.checks_cleared.connect(self._update_actions)
+        s.plan_changed.connect(lambda _p: self._update_actions())
+        s.tab_requested.connect(self.show_tab)
+        s.check_requested.connect(self._on_check_requested)
         self._on_recent_changed(s.settings.recent_models())
         self._update_actions()
 
@@ -308,12 +313,29 @@ class MainWindow(QMainWindow):
 
     def _update_actions(self) -> None:
         busy = self.state.busy
-        has_model = self.state.inspection is not None
         self.open_action.setEnabled(not busy)
         self.recent_menu.setEnabled(not busy and not self.recent_menu.isEmpty())
-        self.checks_action.setEnabled(has_model and not busy)
-        self.export_action.setEnabled(has_model and not busy)
+        # enabled only when they can work; the reason is the tooltip and the status tip
+        for action, blocker, tip in (
+            (self.checks_action, self.state.check_blocker(), "Fused load + checks, in the background (Ctrl+R)"),
+            (self.export_action, self.state.export_blocker(), "Export a converted checkpoint (Ctrl+E)"),
+            (
+                self.save_checks_action,
+                "" if self.state.check_result is not None else "no check results yet: run the checks first",
+                "Save the last check results as JSON",
+            ),
+        ):
+            action.setEnabled(not blocker)
+            action.setToolTip(f"{action.text().replace('&', '').rstrip('…')}: {blocker}" if blocker else tip)
+            action.setStatusTip(action.toolTip())
         self.cancel_action.setEnabled(busy)
+
+    def _on_check_requested(self, path: str) -> None:
+        self.show_tab("checks")
+        if self.state.check_result is not None:
+            self.checks.select_module(path)
+        elif not self.state.check_blocker():
+            self.run_checks()
 
     # drag and drop ---------------------------------------------------------------------
     @staticmethod

@@ -2,7 +2,9 @@
 
 The organization and application names are set in :func:`fusion_gui.app.create_app`;
 ``FUSION_INSPECTOR_SETTINGS`` (a path to an .ini file) overrides the location, and
-tests point ``QSettings.setPath`` at a temporary folder.
+tests point ``QSettings.setPath`` at a temporary folder. A ``read_only`` Settings (the
+``--screenshot`` mode) reads the user's settings but never writes them: a scripted run
+must not change the saved fusions or fill the recent-models list.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ MAX_RECENT = 10
 class Settings:
     """Typed accessors over one :class:`QSettings`."""
 
-    def __init__(self, qsettings: QSettings | None = None) -> None:
+    def __init__(self, qsettings: QSettings | None = None, read_only: bool = False) -> None:
         if qsettings is None:
             path = os.environ.get("FUSION_INSPECTOR_SETTINGS")
             if path:
@@ -29,24 +31,36 @@ class Settings:
             else:
                 qsettings = QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
         self.q = qsettings
+        self.read_only = read_only
+        self._memory: dict[str, Any] = {}  # what a read-only run "wrote", seen by its own reads
 
     def sync(self) -> None:
-        self.q.sync()
+        if not self.read_only:
+            self.q.sync()
+
+    def _value(self, key: str, default: Any = None) -> Any:
+        return self._memory[key] if key in self._memory else self.q.value(key, default)
+
+    def _set(self, key: str, value: Any) -> None:
+        if self.read_only:
+            self._memory[key] = value
+        else:
+            self.q.setValue(key, value)
 
     # window layout -------------------------------------------------------------------
     def state(self, key: str) -> QByteArray | None:
-        value = self.q.value(f"window/{key}")
+        value = self._value(f"window/{key}")
         return value if isinstance(value, QByteArray) and not value.isEmpty() else None
 
     def set_state(self, key: str, value: QByteArray) -> None:
-        self.q.setValue(f"window/{key}", value)
+        self._set(f"window/{key}", value)
 
     def text(self, key: str, default: str = "") -> str:
-        value = self.q.value(key, default)
+        value = self._value(key, default)
         return value if isinstance(value, str) else default
 
     def set_text(self, key: str, value: str) -> None:
-        self.q.setValue(key, value)
+        self._set(key, value)
 
     # recent models ---------------------------------------------------------------------
     def recent_models(self) -> list[str]:
@@ -54,11 +68,11 @@ class Settings:
 
     def add_recent_model(self, spec: str) -> list[str]:
         recent = [spec, *[s for s in self.recent_models() if s != spec]][:MAX_RECENT]
-        self.q.setValue("models/recent", json.dumps(recent))
+        self._set("models/recent", json.dumps(recent))
         return recent
 
     def clear_recent_models(self) -> None:
-        self.q.setValue("models/recent", "[]")
+        self._set("models/recent", "[]")
 
     # fusions ---------------------------------------------------------------------------
     def fusions(self) -> tuple[list[str], set[str]] | None:
@@ -71,10 +85,10 @@ class Settings:
         return order, enabled
 
     def set_fusions(self, order: list[str], enabled: set[str]) -> None:
-        self.q.setValue("fusions/last", json.dumps({"order": order, "enabled": [n for n in order if n in enabled]}))
+        self._set("fusions/last", json.dumps({"order": order, "enabled": [n for n in order if n in enabled]}))
 
     def _json(self, key: str, default: Any) -> Any:
-        raw = self.q.value(key)
+        raw = self._value(key)
         if not isinstance(raw, str):
             return default
         try:

@@ -35,6 +35,12 @@ def error_text(error: BaseException) -> tuple[str, str]:
     return f"Unexpected error: {type(error).__name__}: {error}", details
 
 
+def _ancestors(path: str):
+    while path:
+        path = path.rsplit(".", 1)[0] if "." in path else ""
+        yield path
+
+
 class AppState(QObject):
     """Shared application state with signals; lives on the GUI thread."""
 
@@ -44,6 +50,8 @@ class AppState(QObject):
     plan_changed = Signal(object)  # FusionPlan, or None with `plan_error` set
     module_selected = Signal(str)  # the tree's current module (path)
     reveal_requested = Signal(str)  # someone wants this module shown in the tree
+    tab_requested = Signal(str)  # someone wants this tab shown (main_window.TAB_NAMES)
+    check_requested = Signal(str)  # "check this module": show its results, or run the checks
     opening = Signal(str)  # spec being opened
     open_failed = Signal(str, str)  # spec, message
     trust_requested = Signal(str, list)  # spec, the custom code files its config names (never run)
@@ -211,7 +219,35 @@ class AppState(QObject):
                 matched.setdefault(m.path, name)
             for r in d.rejected:
                 rejected.setdefault(r.path, (name, r.reason))
+        # a module one family rejects but another fuses (itself or an ancestor) will be fused
+        for path in list(rejected):
+            if path in matched or any(a in matched for a in _ancestors(path)):
+                del rejected[path]
         return matched, rejected
+
+    def check_blocker(self) -> str:
+        """Why Run checks cannot work now ('' when it can)."""
+        if self.inspection is None:
+            return "open a model first"
+        if self.plan is None:
+            return f"the enabled fusions conflict: {self.plan_error}" if self.plan_error else "no plan"
+        if self.inspection.source.checkpoint is None:
+            return "the model has no weights (config only): checks need a checkpoint"
+        if self.jobs.busy:
+            return "wait for the running job"
+        return ""
+
+    def export_blocker(self) -> str:
+        """Why Export cannot work now ('' when it can)."""
+        if self.inspection is None:
+            return "open a model first"
+        if self.plan is None:
+            return f"the enabled fusions conflict: {self.plan_error}" if self.plan_error else "no plan"
+        if self.inspection.source.checkpoint is None:
+            return "the model has no weights (config only): there is no checkpoint to convert"
+        if self.jobs.busy:
+            return "wait for the running job"
+        return ""
 
     def _replan(self) -> None:
         from fusion_core.errors import FusionError
@@ -232,6 +268,11 @@ class AppState(QObject):
         if path != self.selected_path:
             self.selected_path = path
             self.module_selected.emit(path)
+
+    def check_module(self, path: str) -> None:
+        """Ask for ``path``'s check results (the window runs the checks when there are none)."""
+        self.select_module(path)
+        self.check_requested.emit(path)
 
     def reveal(self, path: str) -> None:
         """Ask the tree to show and select ``path``."""

@@ -1,18 +1,22 @@
 """Colours and icons, drawn in code (no files to ship or lose), and the window's style.
 
-One colour per fusion family (by its place in the family order) marks the modules it
-replaces; rejected candidates are amber with a warning sign, whatever the family.
+One colour per fusion family, derived from its name (so reordering or enabling families
+never recolours them), marks the modules it replaces; rejected candidates are amber with a warning sign, whatever the family.
 Row tints are light and text on them is forced dark, so both stay readable.
 """
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Iterable
 from functools import cache
 
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPainterPath, QPen, QPixmap, QPolygonF
 
-FAMILY_COLOURS = ("#2e7d32", "#1565c0", "#6a1b9a", "#00838f", "#ad1457", "#4e342e")
+# Colour-blind safe (Okabe-Ito and Paul Tol), dark enough for white text on a badge, and
+# none close to the amber of rejected candidates or the grey of mixed ancestors.
+FAMILY_COLOURS = ("#56B4E9", "#CC79A7", "#999933", "#332288", "#009E73", "#882255", "#0072B2")
 REJECTED = "#e65100"
 MIXED = "#455a64"  # ancestors of modules of several families
 FAIL = "#c62828"
@@ -22,6 +26,44 @@ TEXT_ON_TINT = "#1a1a1a"
 
 def family_colour(index: int) -> QColor:
     return QColor(FAMILY_COLOURS[index % len(FAMILY_COLOURS)])
+
+
+def family_colours(names: Iterable[str]) -> dict[str, str]:
+    """A stable colour per family name: ``FAMILY_COLOURS[crc32(name) % n]``.
+
+    Collisions among ``names`` (the registered families) are resolved deterministically:
+    names are placed in sorted order, each taking the next free colour after its own, so
+    the result depends only on the set of names, never on their order or which are enabled.
+
+    Args:
+        names: every registered family (not only the enabled ones).
+
+    Returns:
+        name -> colour as '#rrggbb'.
+    """
+    return dict(_family_colours(tuple(sorted(set(names)))))
+
+
+@cache
+def _family_colours(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    n = len(FAMILY_COLOURS)
+    taken: set[int] = set()
+    out = []
+    for name in names:
+        slot = zlib.crc32(name.encode()) % n
+        if len(taken) < n:
+            while slot in taken:
+                slot = (slot + 1) % n
+        taken.add(slot)
+        out.append((name, FAMILY_COLOURS[slot]))
+    return tuple(out)
+
+
+def text_on(colour: QColor | str) -> QColor:
+    """Black or white, whichever reads better on ``colour`` (a badge's text)."""
+    c = QColor(colour)
+    luma = 0.299 * c.red() + 0.587 * c.green() + 0.114 * c.blue()
+    return QColor("#1a1a1a" if luma > 150 else "white")
 
 
 def tint(colour: QColor | str, alpha: float = 0.16) -> QColor:

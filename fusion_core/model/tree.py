@@ -56,6 +56,9 @@ class ModuleNode:
     total_params: int = 0
     children: list[ModuleNode] = field(default_factory=list)
     same_class_count: int = 1  # instances of this class in the whole model
+    #: a hash of the structure below (class, tensor shapes and dtypes, children's names and
+    #: signatures), not of the node's own name: equal for identical repeated layers
+    signature: int = 0
     parent: ModuleNode | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -247,6 +250,41 @@ def _spec(name: str, tensor: Any, prefix: str, owner: dict[int, str]) -> TensorS
 
 
 def _totals(root: ModuleNode) -> None:
+    """Parameter totals and structure signatures, bottom-up in one pass."""
     order = list(root.walk())
     for node in reversed(order):
         node.total_params = node.own_params + sum(c.total_params for c in node.children)
+        node.signature = hash(
+            (
+                node.class_qualname,
+                tuple((t.name, t.shape, t.dtype) for t in node.params),
+                tuple((t.name, t.shape, t.dtype) for t in node.buffers),
+                tuple((c.name, c.signature) for c in node.children),
+            )
+        )
+
+
+def repeat_runs(children: list[ModuleNode], minimum: int = 2) -> list[tuple[int, int]]:
+    """Runs ``(start, stop)`` of consecutive numbered siblings with identical structure.
+
+    Only numbered siblings (a ``ModuleList``'s ``0``, ``1``, ...) fold: named siblings
+    such as ``q_proj``/``k_proj`` are different roles even when their shapes agree.
+
+    Args:
+        children: the children of one node, in order.
+        minimum: the shortest run reported.
+
+    Returns:
+        Half-open index ranges into ``children``, in order, each at least ``minimum`` long.
+    """
+    runs: list[tuple[int, int]] = []
+    i, n = 0, len(children)
+    while i < n:
+        j = i + 1
+        if children[i].name.isdigit():
+            while j < n and children[j].name.isdigit() and children[j].signature == children[i].signature:
+                j += 1
+        if j - i >= minimum:
+            runs.append((i, j))
+        i = j
+    return runs

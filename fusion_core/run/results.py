@@ -34,9 +34,14 @@ class Comparison:
     note: str = ""
 
     @property
+    def limit(self) -> float:
+        """The largest difference that passes: ``atol + rtol * max_original``."""
+        return self.atol + self.rtol * self.max_original
+
+    @property
     def passed(self) -> bool:
         # NaN compares False: a NaN difference fails
-        return self.max_abs_diff <= self.atol + self.rtol * self.max_original
+        return self.max_abs_diff <= self.limit
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +51,7 @@ class Comparison:
             "rtol": self.rtol,
             "shape": self.shape,
             "max_original": self.max_original,
+            "limit": self.limit,
             "passed": self.passed,
             "note": self.note,
         }
@@ -53,20 +59,58 @@ class Comparison:
 
 @dataclass
 class Timing:
+    """Paired, interleaved timings of the original and the fused side.
+
+    ``speedup`` is the median of the per-pair ratios original/fused; ``speedup_low`` and
+    ``speedup_high`` bound it with a 95% interval (a t-interval on the log ratios of the
+    pairs, see :func:`fusion_core.run.timing.measure`). ``verdict`` is ``"same"`` whenever
+    the interval holds 1.0.
+    """
+
     original_ms: float
     fused_ms: float
     repeats: int
+    speedup: float = float("nan")
+    speedup_low: float = float("nan")
+    speedup_high: float = float("nan")
+    original_peak_mb: float | None = None  # peak memory of one run (CUDA: allocator peak; CPU: None)
+    fused_peak_mb: float | None = None
+    noisy: bool = False  # the interval stayed wide when the time budget ran out
+    seconds: float = 0.0  # time spent measuring
+
+    def __post_init__(self) -> None:
+        if self.speedup != self.speedup:  # NaN: built from two medians only
+            self.speedup = self.original_ms / self.fused_ms if self.fused_ms > 0 else float("inf")
+        if self.speedup_low != self.speedup_low:
+            self.speedup_low = self.speedup
+        if self.speedup_high != self.speedup_high:
+            self.speedup_high = self.speedup
 
     @property
-    def speedup(self) -> float:
-        return self.original_ms / self.fused_ms if self.fused_ms > 0 else float("inf")
+    def verdict(self) -> str:
+        """``"faster"``, ``"slower"`` or ``"same"`` (the 95% interval holds 1.0)."""
+        if self.speedup_low > 1.0:
+            return "faster"
+        if self.speedup_high < 1.0:
+            return "slower"
+        return "same"
+
+    def interval_text(self) -> str:
+        """``1.52x [1.40, 1.66]``: the ratio with its interval, as the CLI and GUI print it."""
+        return f"{self.speedup:.2f}x [{self.speedup_low:.2f}, {self.speedup_high:.2f}]"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "original_ms": round(self.original_ms, 4),
             "fused_ms": round(self.fused_ms, 4),
             "speedup": round(self.speedup, 3),
+            "speedup_low": round(self.speedup_low, 3),
+            "speedup_high": round(self.speedup_high, 3),
+            "verdict": self.verdict,
             "repeats": self.repeats,
+            "noisy": self.noisy,
+            "original_peak_mb": self.original_peak_mb,
+            "fused_peak_mb": self.fused_peak_mb,
         }
 
 
@@ -82,6 +126,8 @@ class ModuleCheck:
     comparison: Comparison | None = None
     timing: Timing | None = None
     error: str = ""
+    verified_by: str = ""  # "end-to-end inputs" | "module sample inputs" | "" (not verified)
+    share_of_end_to_end: float | None = None  # its share of the original model's end-to-end time
 
     @property
     def passed(self) -> bool:
@@ -98,24 +144,36 @@ class ModuleCheck:
             "timing": self.timing.to_dict() if self.timing else None,
             "passed": self.passed,
             "error": self.error,
+            "verified_by": self.verified_by,
+            "share_of_end_to_end": None if self.share_of_end_to_end is None else round(self.share_of_end_to_end, 4),
         }
 
 
 @dataclass
 class EndToEndCheck:
-    """The whole model (or its entry submodule) fused vs original on the synthetic inputs."""
+    """The whole model (or its entry submodule) fused vs original on the synthetic inputs.
+
+    ``skipped`` holds the reason when it did not run ("not run: <reason>"); the module rows
+    are then verified on their own sample inputs and the check does not fail for it.
+    """
 
     entry: str
     output: str
     input_kind: str
     input_shapes: dict[str, list[int]]
-    comparison: Comparison
-    timing: Timing
+    comparison: Comparison | None
+    timing: Timing | None
     notes: list[str] = field(default_factory=list)
+    skipped: str = ""
+    projected_speedup: float | None = None  # from module speedups and shares (Amdahl)
+
+    @property
+    def ran(self) -> bool:
+        return not self.skipped and self.comparison is not None
 
     @property
     def passed(self) -> bool:
-        return self.comparison.passed
+        return not self.ran or self.comparison.passed  # type: ignore[union-attr]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,11 +181,47 @@ class EndToEndCheck:
             "output": self.output,
             "input_kind": self.input_kind,
             "input_shapes": self.input_shapes,
-            "comparison": self.comparison.to_dict(),
-            "timing": self.timing.to_dict(),
+            "comparison": self.comparison.to_dict() if self.comparison else None,
+            "timing": self.timing.to_dict() if self.timing else None,
             "passed": self.passed,
+            "ran": self.ran,
+            "skipped": self.skipped,
+            "projected_speedup": None if self.projected_speedup is None else round(self.projected_speedup, 3),
             "notes": self.notes,
         }
+
+
+@dataclass
+class FamilyVerdict:
+    """One line per family: exact or not, module speedup with its interval, share, projection.
+
+    For example ``patch_embeddings: exact; module 3.6x [3.4, 3.8]; 2% of end-to-end time ->
+    about 1.02x end to end``.
+    """
+
+    name: str
+    exact: bool
+    speedup: float | None = None  # median over the family's modules
+    low: float | None = None
+    high: float | None = None
+    share: float | None = None  # summed share of the original end-to-end time
+    projected_end_to_end: float | None = None
+    line: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class UpstreamFamily:
+    """Upstream parity of one family: "agrees", "differs", "not fused upstream" or "not available upstream"."""
+
+    name: str
+    status: str
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -149,6 +243,7 @@ class UpstreamReport:
     leak_detail: str = ""
     seconds: float = 0.0
     summary: str = ""
+    families: list[UpstreamFamily] = field(default_factory=list)
 
     @property
     def matches_ours(self) -> bool:
@@ -187,13 +282,29 @@ class CheckResult:
     nothing_to_fuse: bool = False
     messages: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    workload: dict[str, Any] = field(default_factory=dict)  # the sizes it ran at (Workload, resolved)
+    family_verdicts: list[FamilyVerdict] = field(default_factory=list)
+    modules_only: bool = False
+    warnings: list[str] = field(default_factory=list)  # e.g. timings too noisy to tell
 
     @property
     def passed(self) -> bool:
+        """Every fused module verified within tolerance, and end to end (when it ran) too."""
         if self.nothing_to_fuse:
             return True
         e2e = self.end_to_end is None or self.end_to_end.passed
         return bool(self.modules) and all(m.passed for m in self.modules) and e2e
+
+    @property
+    def exact(self) -> bool:
+        """Alias of :attr:`passed`: the fusion reproduces the original within tolerance."""
+        return self.passed
+
+    @property
+    def faster(self) -> str:
+        """The end-to-end speed verdict ("faster", "slower", "same"), or "" when not timed."""
+        e = self.end_to_end
+        return e.timing.verdict if e is not None and e.timing is not None and e.ran else ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -213,6 +324,10 @@ class CheckResult:
             "load": self.load,
             "messages": self.messages,
             "seconds": round(self.seconds, 3),
+            "workload": self.workload,
+            "modules_only": self.modules_only,
+            "family_verdicts": [f.to_dict() for f in self.family_verdicts],
+            "warnings": self.warnings,
         }
 
 

@@ -1,14 +1,17 @@
-"""The module tree as a lazy Qt item model, and its filter proxy.
+"""The module tree as a lazy Qt item model, with folded repeats, and its filter proxy.
 
 :class:`ModuleTreeModel` is a thin adapter over the core's :class:`ModuleTree`: an index
-points at its :class:`ModuleNode`, and a node's children become rows only when the view
-expands it (``canFetchMore``/``fetchMore``), so a model with 10,000+ modules opens at
-once. Highlights (modules a family replaces, rejected candidates, counts on ancestors)
-are looked up per row from dictionaries set by the tree panel.
+points at its :class:`ModuleNode` or at a :class:`FoldGroup` (a run of identical numbered
+siblings, e.g. "layers 0–31 ×32 (identical)", whose children are those layers). A row's
+children are created only when the view expands it (``canFetchMore``/``fetchMore``), so a
+model with 10,000+ modules opens at once. Highlights (modules a family replaces, rejected
+candidates, counts on ancestors) and check results come from :class:`Overlay`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
@@ -22,6 +25,7 @@ from PySide6.QtGui import QColor, QFont
 
 from .. import style
 from ..format import human_count, shape_text
+from .overlay import NodeFilter, Overlay
 
 if TYPE_CHECKING:
     from fusion_core import ModuleNode, ModuleTree
@@ -30,27 +34,53 @@ Index = QModelIndex | QPersistentModelIndex
 
 PathRole = Qt.ItemDataRole.UserRole + 1
 StatusRole = Qt.ItemDataRole.UserRole + 2  # "matched" | "rejected" | ""
-CountRole = Qt.ItemDataRole.UserRole + 3  # number of matched modules strictly below
+CountRole = Qt.ItemDataRole.UserRole + 3  # number of matched modules strictly below (in a group: within)
 FamilyRole = Qt.ItemDataRole.UserRole + 4
 ColourRole = Qt.ItemDataRole.UserRole + 5  # the family colour (for the count badge)
+FoldRole = Qt.ItemDataRole.UserRole + 6  # number of folded modules (0: not a fold)
 
-COLUMNS = ("Module", "Class", "Params", "Own", "Weight shape", "dtype")
-NAME, CLASS, PARAMS, OWN, SHAPE, DTYPE = range(len(COLUMNS))
+# the Check column (hidden until checks ran) sits by the name, where a narrow window still shows it
+COLUMNS = ("Module", "Class", "Check", "Instances", "Params", "Own", "Weight shape", "dtype")
+NAME, CLASS, CHECK, INSTANCES, PARAMS, OWN, SHAPE, DTYPE = range(len(COLUMNS))
+
+
+@dataclass(eq=False)
+class FoldGroup:
+    """Consecutive numbered siblings with identical structure, shown as one row."""
+
+    parent: ModuleNode
+    nodes: list[ModuleNode]
+
+    @property
+    def path(self) -> str:
+        # selecting the fold means "these layers": their parent's scope
+        return self.parent.path
+
+    @property
+    def label(self) -> str:
+        first, last = self.nodes[0].name, self.nodes[-1].name
+        return f"{self.parent.name} {first}–{last} ×{len(self.nodes)} (identical)"
+
+    @property
+    def paths(self) -> list[str]:
+        return [n.path for n in self.nodes]
+
+
+Item = Any  # ModuleNode | FoldGroup
 
 
 class ModuleTreeModel(QAbstractItemModel):
     """Lazy tree model over a :class:`ModuleTree` (the root module is the one top row)."""
 
-    def __init__(self, parent: Any = None) -> None:
+    def __init__(self, parent: Any = None, fold: bool = True) -> None:
         super().__init__(parent)
         self._tree: ModuleTree | None = None
-        self._fetched: dict[int, ModuleNode] = {}  # id() -> node, for nodes whose children are rows
-        self._row: dict[int, int] = {}  # id(node) -> row under its parent
-        self._matched: dict[str, str] = {}
-        self._rejected: dict[str, tuple[str, str]] = {}
-        self._counts: dict[str, int] = {}
-        self._colours: dict[str, QColor] = {}
-        self._fused_names: dict[str, str] = {}
+        self._fold = fold
+        self._kids: dict[int, list[Item]] = {}  # id(item) -> its rows, once fetched
+        self._up: dict[int, Item] = {}  # id(row item) -> the item it is a row of
+        self._row: dict[int, int] = {}  # id(row item) -> row under its display parent
+        self._group_of: dict[int, FoldGroup] = {}  # id(node) -> its fold, once the parent is fetched
+        self.overlay = Overlay()
         self._bold = QFont()
         self._bold.setBold(True)
 
@@ -59,13 +89,29 @@ class ModuleTreeModel(QAbstractItemModel):
     def tree(self) -> ModuleTree | None:
         return self._tree
 
+    @property
+    def folding(self) -> bool:
+        return self._fold
+
     def set_tree(self, tree: ModuleTree | None) -> None:
         self.beginResetModel()
         self._tree = tree
-        self._fetched = {}
-        self._row = {id(tree.root): 0} if tree is not None else {}
-        self._matched, self._rejected, self._counts, self._fused_names = {}, {}, {}, {}
+        self._clear_rows()
+        self.overlay = Overlay()
         self.endResetModel()
+
+    def set_folding(self, on: bool) -> None:
+        """Fold identical repeats (or show every sibling); the rows are rebuilt."""
+        if on == self._fold:
+            return
+        self.beginResetModel()
+        self._fold = on
+        self._clear_rows()
+        self.endResetModel()
+
+    def _clear_rows(self) -> None:
+        self._kids, self._up, self._group_of = {}, {}, {}
+        self._row = {id(self._tree.root): 0} if self._tree is not None else {}
 
     def set_highlights(
         self,
@@ -73,6 +119,7 @@ class ModuleTreeModel(QAbstractItemModel):
         rejected: dict[str, tuple[str, str]],
         colours: dict[str, QColor],
         fused_names: dict[str, str] | None = None,
+        near_misses: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         """Mark modules: ``matched`` path -> family, ``rejected`` path -> (family, reason).
 
@@ -81,57 +128,97 @@ class ModuleTreeModel(QAbstractItemModel):
             rejected: candidates they do not replace, with the reason.
             colours: family -> colour.
             fused_names: path -> fused class name (shown in the tooltip).
+            near_misses: path -> (family, reason) for modules that look like a family's
+                target under other names ("not a candidate: ..." in the tooltip).
         """
-        self._matched, self._rejected, self._colours = dict(matched), dict(rejected), dict(colours)
-        self._fused_names = dict(fused_names or {})
-        counts: dict[str, int] = {}
-        for path in matched:
-            while path:
-                path = path.rsplit(".", 1)[0] if "." in path else ""
-                counts[path] = counts.get(path, 0) + 1
-        self._counts = counts
+        self.overlay.set_highlights(matched, rejected, colours, fused_names or {}, near_misses or {})
+        self._refresh_all()
+
+    def set_checks(self, result: Any) -> None:
+        """Show a ``CheckResult`` (or None) in the Check column and tints."""
+        self.overlay.set_checks(result)
         self._refresh_all()
 
     def matched_paths(self) -> list[str]:
-        return list(self._matched)
+        return list(self.overlay.matched)
 
     def _refresh_all(self) -> None:
         if self._tree is None:
             return
         last = self.columnCount() - 1
         self.dataChanged.emit(self.index(0, 0), self.index(0, last))
-        for node in list(self._fetched.values()):
-            parent = self.index_for_node(node)
-            self.dataChanged.emit(self.index(0, 0, parent), self.index(len(node.children) - 1, last, parent))
+        for kids in list(self._kids.values()):
+            parent = self._index_of(self._up[id(kids[0])])
+            if parent.isValid():
+                self.dataChanged.emit(self.index(0, 0, parent), self.index(len(kids) - 1, last, parent))
+
+    def _children(self, item: Item) -> list[Item]:
+        """The rows below ``item``: a node's children with identical runs folded; a fold's nodes."""
+        if isinstance(item, FoldGroup):
+            return item.nodes
+        children = item.children
+        if not self._fold or len(children) < 2:
+            return children
+        from fusion_core.model.tree import repeat_runs
+
+        runs = repeat_runs(children)
+        if not runs:
+            return children
+        out: list[Item] = []
+        i = 0
+        for start, stop in runs:
+            out.extend(children[i:start])
+            out.append(FoldGroup(item, children[start:stop]))
+            i = stop
+        out.extend(children[i:])
+        return out
 
     def ensure_fetched(self, path: str) -> bool:
-        """Make ``path`` and its ancestors rows (fetching lazily created children)."""
+        """Make ``path`` and its ancestors (folds included) rows, fetching lazily created children."""
         if self._tree is None or path not in self._tree.by_path:
             return False
         chain = []
-        node = self._tree.by_path[path].parent
+        node = self._tree.by_path[path]
         while node is not None:
             chain.append(node)
             node = node.parent
-        for node in reversed(chain):
-            if id(node) not in self._fetched:
-                self.fetchMore(self.index_for_node(node))
+        chain.reverse()  # root .. path
+        for parent, child in pairwise(chain):
+            if id(parent) not in self._kids:
+                self.fetchMore(self._index_of(parent))
+            group = self._group_of.get(id(child))
+            if group is not None and id(group) not in self._kids:
+                self.fetchMore(self._index_of(group))
         return True
 
-    def node(self, index: Index) -> ModuleNode | None:
+    def item(self, index: Index) -> Item | None:
         return index.internalPointer() if index.isValid() else None
+
+    def node(self, index: Index) -> ModuleNode | None:
+        """The module of a row (None for a fold row or an invalid index)."""
+        item = self.item(index)
+        return None if item is None or isinstance(item, FoldGroup) else item
+
+    def _index_of(self, item: Item, column: int = 0) -> QModelIndex:
+        row = self._row.get(id(item))
+        return QModelIndex() if row is None else self.createIndex(row, column, item)
 
     def index_for_node(self, node: ModuleNode, column: int = 0) -> QModelIndex:
         """The index of ``node`` (its ancestors must be fetched; see :meth:`ensure_fetched`)."""
-        row = self._row.get(id(node))
-        if row is None:
-            return QModelIndex()
-        return self.createIndex(row, column, node)
+        return self._index_of(node, column)
 
     def index_for_path(self, path: str, column: int = 0) -> QModelIndex:
         if self._tree is None or not self.ensure_fetched(path):
             return QModelIndex()
-        return self.index_for_node(self._tree.by_path[path], column)
+        return self._index_of(self._tree.by_path[path], column)
+
+    def fold_for_path(self, path: str) -> QModelIndex:
+        """The fold row that holds ``path`` (invalid when it is not folded)."""
+        if self.index_for_path(path).isValid():
+            group = self._group_of.get(id(self._tree.by_path[path])) if self._tree else None
+            if group is not None:
+                return self._index_of(group)
+        return QModelIndex()
 
     # Qt model API ----------------------------------------------------------------------
     def index(self, row: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:  # noqa: B008
@@ -139,18 +226,18 @@ class ModuleTreeModel(QAbstractItemModel):
             return QModelIndex()
         if not parent.isValid():
             return self.createIndex(row, column, self._tree.root) if row == 0 else QModelIndex()
-        node: ModuleNode = parent.internalPointer()
-        if id(node) not in self._fetched or row >= len(node.children):
+        kids = self._kids.get(id(parent.internalPointer()))
+        if kids is None or row >= len(kids):
             return QModelIndex()
-        return self.createIndex(row, column, node.children[row])
+        return self.createIndex(row, column, kids[row])
 
     def parent(self, index: Index = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
         if not index.isValid():
             return QModelIndex()
-        node: ModuleNode = index.internalPointer()
-        if node.parent is None:
+        up = self._up.get(id(index.internalPointer()))
+        if up is None:
             return QModelIndex()
-        return self.createIndex(self._row.get(id(node.parent), 0), 0, node.parent)
+        return self.createIndex(self._row.get(id(up), 0), 0, up)
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         if self._tree is None:
@@ -159,8 +246,7 @@ class ModuleTreeModel(QAbstractItemModel):
             return 1
         if parent.column() > 0:
             return 0
-        node: ModuleNode = parent.internalPointer()
-        return len(node.children) if id(node) in self._fetched else 0
+        return len(self._kids.get(id(parent.internalPointer()), ()))
 
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return len(COLUMNS)
@@ -172,29 +258,33 @@ class ModuleTreeModel(QAbstractItemModel):
             return True
         if parent.column() > 0:
             return False
-        return bool(parent.internalPointer().children)
+        item = parent.internalPointer()
+        return True if isinstance(item, FoldGroup) else bool(item.children)
 
     def canFetchMore(self, parent: Index) -> bool:
         if self._tree is None or not parent.isValid() or parent.column() > 0:
             return False
-        node: ModuleNode = parent.internalPointer()
-        return bool(node.children) and id(node) not in self._fetched
+        item = parent.internalPointer()
+        return id(item) not in self._kids and (isinstance(item, FoldGroup) or bool(item.children))
 
     def fetchMore(self, parent: Index) -> None:
         if not self.canFetchMore(parent):
             return
-        node: ModuleNode = parent.internalPointer()
-        self.beginInsertRows(
-            parent if isinstance(parent, QModelIndex) else QModelIndex(parent), 0, len(node.children) - 1
-        )
-        for i, child in enumerate(node.children):
-            self._row[id(child)] = i
-        self._fetched[id(node)] = node
+        item = parent.internalPointer()
+        kids = self._children(item)
+        self.beginInsertRows(parent if isinstance(parent, QModelIndex) else QModelIndex(parent), 0, len(kids) - 1)
+        for i, kid in enumerate(kids):
+            self._row[id(kid)] = i
+            self._up[id(kid)] = item
+            if isinstance(kid, FoldGroup):
+                for node in kid.nodes:
+                    self._group_of[id(node)] = kid
+        self._kids[id(item)] = kids
         self.endInsertRows()
 
     def fetched_count(self) -> int:
-        """How many nodes have their children as rows (for tests of laziness)."""
-        return len(self._fetched)
+        """How many rows have their children as rows (for tests of laziness)."""
+        return len(self._kids)
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation == Qt.Orientation.Horizontal and 0 <= section < len(COLUMNS):
@@ -210,101 +300,119 @@ class ModuleTreeModel(QAbstractItemModel):
         return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        value = self._data(index, role) if index.isValid() else None
-        return value
+        if not index.isValid():
+            return None
+        item = index.internalPointer()
+        if isinstance(item, FoldGroup):
+            return self._group_data(item, index.column(), role)
+        return self._data(item, index.column(), role)
 
-    def _data(self, index: Index, role: int) -> Any:
-        node: ModuleNode = index.internalPointer()
-        col = index.column()
-        if role == Qt.ItemDataRole.DisplayRole:
-            return self._display(node, col)
+    def _data(self, node: ModuleNode, col: int, role: int) -> Any:
+        ov = self.overlay
         path = node.path
+        if role == Qt.ItemDataRole.DisplayRole:
+            return ov.check_text([path], below=path) if col == CHECK else _display(node, col)
         if role == PathRole:
             return path
         if role == StatusRole:
-            return "matched" if path in self._matched else "rejected" if path in self._rejected else ""
+            return ov.status(path)
         if role == CountRole:
-            return self._counts.get(path, 0)
+            return ov.counts.get(path, 0)
         if role == FamilyRole:
-            if path in self._matched:
-                return self._matched[path]
-            return self._rejected[path][0] if path in self._rejected else ""
+            return ov.family(path)
         if role == ColourRole:
-            return self._colour_below(node)
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (PARAMS, OWN):
+            return ov.colour_below([path], strictly=True)
+        if role == FoldRole:
+            return 0
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (INSTANCES, PARAMS, OWN):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.DecorationRole and col == NAME:
-            return self._icon(node)
+            return ov.icon(path, [path])
         if role == Qt.ItemDataRole.BackgroundRole:
-            if path in self._matched:
-                return style.tint(self._colours.get(self._matched[path], style.family_colour(0)), 0.2)
-            if path in self._rejected:
-                return style.tint(style.REJECTED, 0.14)
-            return None
-        if role == Qt.ItemDataRole.ForegroundRole and (path in self._matched or path in self._rejected):
+            return ov.check_tint([path], below=path) if col == CHECK else ov.background(path)
+        if role == Qt.ItemDataRole.ForegroundRole and ov.status(path):
             return QColor(style.TEXT_ON_TINT)
-        if role == Qt.ItemDataRole.FontRole and path in self._matched and col in (NAME, CLASS):
+        if role == Qt.ItemDataRole.FontRole and path in ov.matched and col in (NAME, CLASS):
             return self._bold
         if role == Qt.ItemDataRole.ToolTipRole:
-            return self._tooltip(node)
+            return ov.check_tooltip([path], below=path) if col == CHECK else ov.tooltip(node)
         return None
 
-    def _display(self, node: ModuleNode, col: int) -> str:
-        if col == NAME:
-            return node.name
-        if col == CLASS:
-            return f"{node.class_name} ×{node.same_class_count}" if node.same_class_count > 1 else node.class_name
-        if col == PARAMS:
-            return human_count(node.total_params)
-        if col == OWN:
-            return human_count(node.own_params) if node.own_params else ""
-        weight = node.main_weight
-        if col == SHAPE:
-            return shape_text(weight.shape) if weight is not None else ""
-        if col == DTYPE:
-            return weight.dtype if weight is not None else ""
-        return ""
-
-    def _colour_below(self, node: ModuleNode) -> QColor | None:
-        """The family colour of the matches below, neutral when several families meet."""
-        if not self._counts.get(node.path):
-            return None
-        prefix = f"{node.path}." if node.path else ""
-        families = {family for path, family in self._matched.items() if path.startswith(prefix)}
-        if len(families) == 1:
-            return self._colours.get(families.pop())
-        return QColor(style.MIXED)
-
-    def _icon(self, node: ModuleNode) -> Any:
-        path = node.path
-        if path in self._matched:
-            return style.fused_icon(self._colours.get(self._matched[path], style.family_colour(0)).name())
-        if path in self._rejected:
-            return style.rejected_icon()
-        if self._counts.get(path):
-            colour = self._colour_below(node) or style.family_colour(0)
-            return style.contains_icon(colour.name())
+    def _group_data(self, group: FoldGroup, col: int, role: int) -> Any:
+        ov = self.overlay
+        paths = group.paths
+        first = group.nodes[0]
+        if role == Qt.ItemDataRole.DisplayRole:
+            if col == NAME:
+                return group.label
+            if col == CLASS:
+                return first.class_name
+            if col == PARAMS:
+                return human_count(sum(n.total_params for n in group.nodes))
+            if col == CHECK:
+                return ov.check_text(paths)
+            return ""
+        if role == PathRole:
+            return group.path
+        if role == FoldRole:
+            return len(group.nodes)
+        if role == StatusRole:
+            states = {ov.status(p) for p in paths}
+            return states.pop() if len(states) == 1 else ""
+        if role == CountRole:
+            return sum(ov.counts.get(p, 0) + (p in ov.matched) for p in paths)
+        if role == FamilyRole:
+            families = {ov.family(p) for p in paths}
+            return families.pop() if len(families) == 1 else ""
+        if role == ColourRole:
+            return ov.colour_below(paths)
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (INSTANCES, PARAMS, OWN):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.DecorationRole and col == NAME:
+            return ov.icon(paths[0], paths) if all(p in ov.matched for p in paths) else ov.icon("", paths)
+        if role == Qt.ItemDataRole.BackgroundRole and col == CHECK:
+            return ov.check_tint(paths)
+        if role == Qt.ItemDataRole.FontRole and col == NAME:
+            font = QFont()
+            font.setItalic(True)
+            return font
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == CHECK:
+                return ov.check_tooltip(paths)
+            count = sum(ov.counts.get(p, 0) + (p in ov.matched) for p in paths)
+            fused = f"<br>{count} module(s) within will be fused" if count else ""
+            return (
+                f"<b>{len(paths)} identical {first.class_name} modules</b>: {paths[0]} … {paths[-1]}<br>"
+                f"same classes, tensor shapes and dtypes below; expand to see each{fused}"
+            )
         return None
 
-    def _tooltip(self, node: ModuleNode) -> str:
-        path = node.path
-        lines = [f"<b>{path or node.name}</b><br>{node.class_qualname}"]
-        if path in self._matched:
-            fused = self._fused_names.get(path)
-            to = f" → {fused}" if fused else ""
-            lines.append(f"<br><b>fused by {self._matched[path]}</b>: {node.class_name}{to}")
-        elif path in self._rejected:
-            family, reason = self._rejected[path]
-            lines.append(f"<br><b>not fused by {family}</b>: {reason}")
-        count = self._counts.get(path, 0)
-        if count:
-            lines.append(f"<br>{count} module{'s' if count != 1 else ''} below will be fused")
-        return "".join(lines)
+
+def _display(node: ModuleNode, col: int) -> str:
+    if col == NAME:
+        return node.name
+    if col == CLASS:
+        return node.class_name
+    if col == INSTANCES:
+        # its own column: "Linear ×25" read as a repeat count
+        return str(node.same_class_count) if node.same_class_count > 1 else ""
+    if col == PARAMS:
+        return human_count(node.total_params)
+    if col == OWN:
+        return human_count(node.own_params) if node.own_params else ""
+    weight = node.main_weight
+    if col == SHAPE:
+        return shape_text(weight.shape) if weight is not None else ""
+    if col == DTYPE:
+        return weight.dtype if weight is not None else ""
+    return ""
 
 
 _HEADER_TIPS = (
-    "Module name (its path is in the details pane)",
-    "Class; ×N: instances of this class in the whole model",
+    "Module name (its path is in the details pane); 'layers 0–31 ×32 (identical)' folds identical layers",
+    "Class of the module",
+    "Last checks: speedup and pass/FAIL against the tolerance (interval and error in the tooltip); ancestors summarise",
+    "Instances of this class in the whole model (not a repeat count)",
     "Parameters of the module and everything below it",
     "Parameters of this module itself",
     "Shape of the module's main weight",
@@ -313,30 +421,35 @@ _HEADER_TIPS = (
 
 
 class ModuleFilterProxy(QSortFilterProxyModel):
-    """Recursive filter on module names, paths and classes (case-insensitive substring)."""
+    """Recursive filter over the tree with a :class:`NodeFilter` (regex, state, family, class)."""
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
         self.setRecursiveFilteringEnabled(True)
-        self._needle = ""
+        self._filter = NodeFilter("")
 
     @property
     def needle(self) -> str:
-        return self._needle
+        return self._filter.text
 
-    def set_needle(self, text: str) -> None:
+    @property
+    def node_filter(self) -> NodeFilter:
+        return self._filter
+
+    def set_needle(self, text: str, state: str = "") -> None:
+        """Filter by ``text`` (see :class:`NodeFilter`) and a state ('', 'fused', 'family:qkv', ...)."""
         self.beginFilterChange()
-        self._needle = text.strip().lower()
+        self._filter = NodeFilter(text, state)
         self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
 
     def matches(self, node: ModuleNode) -> bool:
-        n = self._needle
-        return not n or n in node.path.lower() or n in node.class_name.lower() or n in node.name.lower()
+        model = self.sourceModel()
+        return self._filter.matches(node, model.overlay if model is not None else None)
 
     def filterAcceptsRow(self, source_row: int, source_parent: Index) -> bool:
-        if not self._needle:
+        if not self._filter:
             return True
-        model = self.sourceModel()
-        index = model.index(source_row, 0, source_parent)
-        node = index.internalPointer() if index.isValid() else None
-        return node is not None and self.matches(node)
+        index = self.sourceModel().index(source_row, 0, source_parent)
+        item = index.internalPointer() if index.isValid() else None
+        # a fold row shows when one of its layers does (recursive filtering)
+        return item is not None and not isinstance(item, FoldGroup) and self.matches(item)

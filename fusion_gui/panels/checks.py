@@ -191,6 +191,8 @@ class ChecksPanel(QWidget):
         layout.addWidget(splitter, 1)
 
         self.run_button.clicked.connect(self.run)
+        self.table.doubleClicked.connect(self._on_double_clicked)
+        state.plan_changed.connect(lambda _p: self._update_buttons())
         self.cancel_button.clicked.connect(state.cancel_job)
         self.save_button.clicked.connect(self.save_json_dialog)
         state.checks_finished.connect(self._on_checks_finished)
@@ -225,10 +227,28 @@ class ChecksPanel(QWidget):
         if path:
             self.save_json(path)
 
+    def select_module(self, path: str) -> bool:
+        """Select the result row of module ``path``; False when it has none."""
+        for i, row in enumerate(self.model.rows):
+            if row.get("module") == path:
+                self.table.selectRow(i)
+                self.table.scrollTo(self.model.index(i, 0))
+                return True
+        return False
+
+    def _on_double_clicked(self, index) -> None:
+        row = self.model.rows[index.row()] if 0 <= index.row() < len(self.model.rows) else {}
+        if row.get("module") and row.get("module") != "end to end":
+            self.state.reveal(row["module"])
+
     # state -> view ---------------------------------------------------------------------
     def _update_buttons(self) -> None:
         busy = self.state.busy
-        self.run_button.setEnabled(self.state.inspection is not None and not busy)
+        blocker = self.state.check_blocker()
+        self.run_button.setEnabled(not blocker)
+        self.run_button.setToolTip(
+            f"Run checks: {blocker}" if blocker else "Fused load + per-module and end-to-end checks (Ctrl+R)"
+        )
         self.cancel_button.setEnabled(
             busy and self.state.jobs.current is not None and self.state.jobs.current.name == "checks"
         )

@@ -57,7 +57,9 @@ class DetailsPanel(QWidget):
         cls = f"<code>{e(node.class_qualname)}</code>"
         if fused:
             cls += f" &nbsp;→&nbsp; <b style='color:{style.PASS}'>{e(fused)}</b> (when fused)"
-        parts.append(f"<p>{cls}<br>kind: {e(node.kind)}; {node.same_class_count} instance(s) of this class; ")
+        parts.append(
+            f"<p>{cls}<br>kind: {e(node.kind)}; {node.same_class_count} instance(s) of this class in the model; "
+        )
         parts.append(
             f"parameters: {human_count(node.total_params)} total, {human_count(node.own_params)} own; "
             f"{len(node.children)} child module(s)</p>"
@@ -104,10 +106,29 @@ class DetailsPanel(QWidget):
                 return f"<span style='color:{style.PASS}'>replaced by {e(m.fused_class.__name__)}</span>{why}"
         for r in d.rejected:
             if r.path == path:
+                fused_by = self._fused_by_other(family, path)
+                if fused_by:
+                    return f"not this family ({e(r.reason)}); <span style='color:{style.PASS}'>{fused_by}</span>"
                 return f"<span style='color:{style.REJECTED}'>rejected</span>: {e(r.reason)}"
         below = [m.path for m in d.matches if m.path.startswith(f"{path}.") or not path]
         if below:
             links = ", ".join(f"<a href='module:{e(p)}'>{e(p)}</a>" for p in below[:5])
             more = f" and {len(below) - 5} more" if len(below) > 5 else ""
             return f"not a candidate; fuses {len(below)} module(s) below: {links}{more}"
+        for r in getattr(d, "near_misses", None) or []:
+            if r.path == path:
+                return f"<span style='color:{style.REJECTED}'>not a candidate</span>: {e(r.reason)}"
         return "<span style='color:gray'>not a candidate</span>"
+
+    def _fused_by_other(self, family: str, path: str) -> str:
+        """'fused by F' / 'fused as part of P by F' when another enabled family replaces it or an ancestor."""
+        for name in self.state.family_order:
+            if name == family or name not in self.state.enabled:
+                continue
+            d = self.state.discovery(name)
+            for m in d.matches if d else ():
+                if m.path == path:
+                    return f"fused by {html.escape(name)}"
+                if path.startswith(f"{m.path}."):
+                    return f"fused as part of {html.escape(m.path)} by {html.escape(name)}"
+        return ""

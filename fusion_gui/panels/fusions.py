@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from .. import style
+from ..format import natural_key
 
 if TYPE_CHECKING:
     from ..state import AppState
@@ -83,7 +84,7 @@ def family_tooltip(spec: object, discovery: object | None) -> str:
     if schema:
         lines.append("Options (fusion_config):")
         lines += [f"  {name}: {option.describe()}" for name, option in schema.items()]
-    rejected = list(getattr(discovery, "rejected", None) or [])
+    rejected = sorted(getattr(discovery, "rejected", None) or [], key=lambda r: natural_key(r.path))
     if rejected:
         lines.append("Rejected:")
         lines += [f"  {r.path}: {r.reason}" for r in rejected[:20]]
@@ -156,7 +157,8 @@ class FusionsPanel(QWidget):
         try:
             current = self.list.currentRow()
             self.list.clear()
-            for i, name in enumerate(self.state.family_order):
+            colours = style.family_colours(self.state.family_order)
+            for name in self.state.family_order:
                 spec = get_family(name)
                 d = self.state.discovery(name)
                 if d is not None:
@@ -178,7 +180,7 @@ class FusionsPanel(QWidget):
                     | Qt.ItemFlag.ItemIsDragEnabled
                 )
                 item.setCheckState(Qt.CheckState.Checked if name in self.state.enabled else Qt.CheckState.Unchecked)
-                item.setIcon(style.fused_icon(style.FAMILY_COLOURS[i % len(style.FAMILY_COLOURS)]))
+                item.setIcon(style.fused_icon(colours[name]))
                 item.setToolTip(family_tooltip(spec, d))
                 self.list.addItem(item)
             if 0 <= current < self.list.count():

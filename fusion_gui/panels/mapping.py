@@ -1,13 +1,19 @@
-"""Patch mapping tab: original class -> fused class, with the module paths each one covers."""
+"""Patch mapping tab: original class -> fused class, with the module paths each one covers.
+
+Like the weight transforms, it follows the tree's selection (the fused modules in, above or
+below the selected module); clicking a module path selects it in the tree.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from .. import style
+from ..format import natural_key
+from .transforms import in_scope
 
 if TYPE_CHECKING:
     from fusion_core import FusionPlan
@@ -26,6 +32,11 @@ class MappingPanel(QWidget):
         self.summary = QLabel()
         self.summary.setWordWrap(True)
         self.summary.setProperty("role", "info")
+        self.scope = ""
+        self._revealing = False
+        self.follow_box = QCheckBox("Follow tree selection")
+        self.follow_box.setChecked(True)
+        self.follow_box.setToolTip("Show only the fused modules in, above or below the module selected in the tree")
         self.table = QTreeWidget()
         self.table.setColumnCount(4)
         self.table.setHeaderLabels(["Original class / module", "Fused class", "Family", "Modules"])
@@ -38,11 +49,24 @@ class MappingPanel(QWidget):
         header.setStretchLastSection(False)
         layout = QVBoxLayout(self)
         layout.addWidget(self.summary)
+        layout.addWidget(self.follow_box)
         layout.addWidget(self.table, 1)
         self.table.itemClicked.connect(self._on_item_clicked)
         self.table.itemActivated.connect(self._on_item_clicked)
         state.plan_changed.connect(self._on_plan_changed)
+        state.module_selected.connect(self._on_module_selected)
+        self.follow_box.toggled.connect(lambda on: self.set_scope(self.state.selected_path if on else ""))
         self._on_plan_changed(None)
+
+    def _on_module_selected(self, path: str) -> None:
+        if self.follow_box.isChecked() and not self._revealing:
+            self.set_scope(path)
+
+    def set_scope(self, path: str) -> None:
+        """Show the mapping of the fused modules in, above or below ``path`` ('' for all)."""
+        if path != self.scope:
+            self.scope = path
+            self._on_plan_changed(self.state.plan)
 
     def _on_plan_changed(self, plan: FusionPlan | None) -> None:
         self.table.clear()
@@ -53,16 +77,19 @@ class MappingPanel(QWidget):
             return
         self.summary.setProperty("role", "info")
         self._repolish()
-        colours = {name: style.family_colour(i) for i, name in enumerate(self.state.family_order)}
-        count = 0
+        colours = style.family_colours(self.state.family_order)
+        count = hidden = 0
         for fam in plan.families:
             by_class: dict[type, list] = {}
-            for m in fam.discovery.matches:
-                by_class.setdefault(m.original_class, []).append(m)
+            for m in sorted(fam.discovery.matches, key=lambda m: natural_key(m.path)):
+                if in_scope(m.path, self.scope):
+                    by_class.setdefault(m.original_class, []).append(m)
+                else:
+                    hidden += 1
             for original, matches in by_class.items():
                 top = QTreeWidgetItem([original.__name__, matches[0].fused_class.__name__, fam.name, str(len(matches))])
                 top.setToolTip(0, f"{original.__module__}.{original.__qualname__}")
-                top.setIcon(0, style.fused_icon(colours.get(fam.name, style.family_colour(0)).name()))
+                top.setIcon(0, style.fused_icon(colours.get(fam.name, style.FAMILY_COLOURS[0])))
                 top.setTextAlignment(3, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 for m in matches:
                     child = QTreeWidgetItem([m.path, "", "", ""])
@@ -74,10 +101,16 @@ class MappingPanel(QWidget):
                 top.setExpanded(True)
                 count += len(matches)
         classes = self.table.topLevelItemCount()
-        if classes:
+        if hidden and not classes:
+            self.summary.setText(
+                f"Nothing is patched in <b>{self.scope}</b> ({hidden} module(s) elsewhere: select the model's root, "
+                "or untick Follow tree selection)."
+            )
+        elif classes:
             self.summary.setText(
                 f"{classes} class(es) patched, {count} module(s) replaced. "
                 "Patching is scoped: the classes are swapped only while loading, and restored after."
+                + (f" Showing those in or around <b>{self.scope}</b>; {hidden} more elsewhere." if hidden else "")
             )
         elif not self.state.enabled:
             self.summary.setText("No fusion enabled: nothing is patched. Enable one in the Fusions tab.")
@@ -91,7 +124,11 @@ class MappingPanel(QWidget):
     def _on_item_clicked(self, item: QTreeWidgetItem, _column: int = 0) -> None:
         path = item.data(0, PathRole)
         if path:
-            self.state.reveal(path)
+            self._revealing = True  # the tree follows us; the mapping does not narrow to the row clicked
+            try:
+                self.state.reveal(path)
+            finally:
+                self._revealing = False
 
     def rows(self) -> list[tuple[str, str, str, list[str]]]:
         """(original, fused, family, module paths) per row, as shown."""

@@ -1,53 +1,69 @@
-"""Weight transforms tab: per checkpoint key, source key/shape/dtype -> target key/shape and the op."""
+"""Weight transforms tab: per fused module (collapsible), its checkpoint keys -> target keys and the op.
+
+The tab follows the tree: selecting a module shows the transforms of that module, of
+what is below it, or of the fused module it is part of. Group rows give the module path
+(the tree's name), key rows the checkpoint's own key names; double-click either to select
+the module in the tree. Keys are shortened without losing their layer index.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QFont, QGuiApplication, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
+    QCheckBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
     QRadioButton,
-    QTableView,
+    QTreeView,
     QVBoxLayout,
     QWidget,
 )
 
 from .. import style
-from ..format import shape_text
-from ..models.table_model import Column, RowsTableModel, TextFilterProxy, natural_widths, share_width
+from ..format import natural_key, shape_text
+from ..models.elide import KeyElideDelegate
 
 if TYPE_CHECKING:
     from fusion_core import FusionPlan
 
     from ..state import AppState
 
+RowRole = Qt.ItemDataRole.UserRole + 1  # the row dict (key rows)
+ModuleRole = Qt.ItemDataRole.UserRole + 2  # the module path (both kinds of rows)
 
-def _shape(key: str):
-    # the core gives () for keys it could not find in the checkpoint (dtype "?"): unknown, not scalar
-    def text(row: dict) -> str:
-        return "?" if row.get("dtype") == "?" else shape_text(row.get(key))
-
-    return text
-
-
-COLUMNS = (
-    Column("source_key", "Source key", tooltip="key in the source layout"),
-    Column("source_shape", "Shape", display=_shape("source_shape")),
-    Column("dtype", "dtype"),
-    Column("op", "Op", tooltip="the tensor operation; each has an exact inverse"),
-    Column("target_key", "Target key", tooltip="key in the target layout"),
-    Column("target_shape", "Target shape", display=_shape("target_shape")),
-)
+HEADERS = ("Module / checkpoint key", "Shape", "dtype", "Op", "Target key", "Target shape")
 KEY_COLUMNS = (0, 4)
+
+
+def in_scope(module: str, scope: str) -> bool:
+    """Whether a fused ``module`` concerns the tree's selected ``scope``: it, below it, or above it."""
+    if not scope:
+        return True
+    return module == scope or module.startswith(f"{scope}.") or scope.startswith(f"{module}.")
+
+
+def owner_module(model_key: str, matched: set[str]) -> str:
+    """The fused module a model key belongs to: the longest matched path that prefixes it."""
+    parts = model_key.split(".")
+    for n in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:n])
+        if prefix in matched:
+            return prefix
+    return ".".join(parts[:-2]) or model_key
+
+
+def _shape(row: dict[str, Any], key: str) -> str:
+    # the core gives () for keys it could not find in the checkpoint (dtype "?"): unknown, not scalar
+    return "?" if row.get("dtype") == "?" else shape_text(row.get(key))
 
 
 class TransformsPanel(QWidget):
@@ -56,10 +72,13 @@ class TransformsPanel(QWidget):
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
-        self.model = RowsTableModel(COLUMNS, self._style_row, self)
-        self._widths: list[int] = []
-        self.proxy = TextFilterProxy(self)
-        self.proxy.setSourceModel(self.model)
+        self.rows: list[dict[str, Any]] = []  # every row of the plan, with its "module"
+        self._shown: list[dict[str, Any]] = []
+        self.scope = ""
+        self._dirty = False
+        self._revealing = False
+        self.model = QStandardItemModel(self)
+        self.model.setHorizontalHeaderLabels(list(HEADERS))
 
         self.load_button = QRadioButton("Load: original → fused")
         self.save_button = QRadioButton("Save: fused → original")
@@ -67,26 +86,32 @@ class TransformsPanel(QWidget):
         self.direction_group = QButtonGroup(self)
         self.direction_group.addButton(self.load_button)
         self.direction_group.addButton(self.save_button)
-        self.filter_edit = QLineEdit(placeholderText="Filter keys, shapes, ops…")
+        self.filter_edit = QLineEdit(placeholderText="Filter keys, modules, ops…")
         self.filter_edit.setClearButtonEnabled(True)
+        self.follow_box = QCheckBox("Follow tree selection")
+        self.follow_box.setChecked(True)
+        self.follow_box.setToolTip("Show only the transforms of the module selected in the tree")
         self.copy_button = QPushButton("Copy as JSON")
-        self.copy_button.setToolTip("Copy the rows shown (after the filter) to the clipboard as JSON")
+        self.copy_button.setToolTip("Copy the rows shown (after the filters) to the clipboard as JSON")
         self.info = QLabel()
         self.info.setWordWrap(True)
         self.info.setProperty("role", "info")
+        self.scope_label = QLabel()
+        self.scope_label.setProperty("role", "hint")
+        self.scope_label.setTextInteractionFlags(Qt.TextInteractionFlag.LinksAccessibleByMouse)
+        self.scope_label.linkActivated.connect(lambda _link: self.set_scope(""))
 
-        self.table = QTableView()
-        self.table.setModel(self.proxy)
-        self.table.setSortingEnabled(True)
-        self.table.sortByColumn(-1, Qt.SortOrder.AscendingOrder)
+        self.table = QTreeView()
+        self.table.setModel(self.model)
+        self.table.setUniformRowHeights(True)
         self.table.setAlternatingRowColors(True)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setWordWrap(False)
-        self.table.verticalHeader().hide()
-        # keys differ in their tails (layer index, projection): keep the tail visible
-        self.table.setTextElideMode(Qt.TextElideMode.ElideLeft)
-        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
-        header = self.table.horizontalHeader()
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.table.setExpandsOnDoubleClick(False)
+        for col in KEY_COLUMNS:
+            self.table.setItemDelegateForColumn(col, KeyElideDelegate(self.table))
+        header = self.table.header()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(False)
 
@@ -96,27 +121,51 @@ class TransformsPanel(QWidget):
         bar.addSpacing(12)
         bar.addWidget(self.filter_edit, 1)
         bar.addWidget(self.copy_button)
+        scope_row = QHBoxLayout()
+        scope_row.addWidget(self.follow_box)
+        scope_row.addWidget(self.scope_label, 1)
         layout = QVBoxLayout(self)
         layout.addWidget(self.info)
         layout.addLayout(bar)
+        layout.addLayout(scope_row)
         layout.addWidget(self.table, 1)
 
         self.load_button.toggled.connect(self._on_direction_toggled)
-        self.filter_edit.textChanged.connect(self.proxy.set_needle)
+        self.filter_edit.textChanged.connect(lambda _t: self._rebuild())
+        self.follow_box.toggled.connect(self._on_follow_toggled)
         self.copy_button.clicked.connect(self.copy_json)
+        self.table.doubleClicked.connect(self._on_double_clicked)
         state.plan_changed.connect(self._on_plan_changed)
+        state.module_selected.connect(self._on_module_selected)
         self._on_plan_changed(None)
 
-    def _style_row(self, row: dict, column: int, role: int) -> object:
-        # the family shows as its colour (as in the tree) with the name in the tooltip: one column less
-        if column == 0 and role == Qt.ItemDataRole.DecorationRole:
-            order = self.state.family_order
-            i = order.index(row["family"]) if row.get("family") in order else 0
-            return style.fused_icon(style.FAMILY_COLOURS[i % len(style.FAMILY_COLOURS)])
-        if column == 0 and role == Qt.ItemDataRole.ToolTipRole:
-            return f"{row.get('source_key')}  ({row.get('family')})"
-        return None
+    # scope (the tree's selection) ------------------------------------------------------
+    def _on_module_selected(self, path: str) -> None:
+        if self.follow_box.isChecked() and not self._revealing:
+            self.set_scope(path)
 
+    def _on_follow_toggled(self, on: bool) -> None:
+        self.set_scope(self.state.selected_path if on else "")
+
+    def set_scope(self, path: str) -> None:
+        """Show the transforms of ``path`` ('' for all)."""
+        if path == self.scope:
+            return
+        self.scope = path
+        self._schedule()
+
+    def _schedule(self) -> None:
+        # a hidden tab rebuilds when shown: clicking through the tree stays cheap
+        self._dirty = True
+        if self.isVisible():
+            self._rebuild()
+
+    def showEvent(self, event) -> None:  # Qt override
+        super().showEvent(event)
+        if self._dirty:
+            self._rebuild()
+
+    # plan -> rows ----------------------------------------------------------------------
     @property
     def direction(self) -> str:
         return "load" if self.load_button.isChecked() else "save"
@@ -129,12 +178,20 @@ class TransformsPanel(QWidget):
 
     def _on_plan_changed(self, plan: FusionPlan | None) -> None:
         if plan is None:
-            self.model.set_rows([])
+            self.rows = []
             self.info.setText(self.state.plan_error or "Open a model to see its weight transforms.")
+            self._schedule()
             return
-        rows = plan.rows(self.direction)
-        self.model.set_rows(rows)
-        self._fit()
+        matched = set(plan.matched_paths)
+        rows: list[dict[str, Any]] = []
+        for ct in plan.checkpoint_transforms:
+            module = owner_module(ct.transform.sources[0], matched)
+            rows.extend({"module": module, **row} for row in ct.rows(self.direction))
+        self.rows = rows
+        self.info.setText(self._info_text(plan, len(rows)))
+        self._schedule()
+
+    def _info_text(self, plan: FusionPlan, n: int) -> str:
         if not plan.has_checkpoint:
             text = (
                 "<b>No checkpoint attached</b> (config-only source): these are the rules on the model's own "
@@ -145,7 +202,7 @@ class TransformsPanel(QWidget):
             files = len(src.checkpoint.files) if src is not None and src.checkpoint is not None else 0
             text = (
                 f"Checkpoint layout: <b>{plan.layout}</b> ({files} file(s)). "
-                f"{len(rows)} key(s) transformed; every other key is copied unchanged."
+                f"{n} key(s) transformed; every other key is copied unchanged."
             )
             if plan.layout == "fused" and self.direction == "load":
                 text += " The checkpoint is already fused: it loads as is."
@@ -155,29 +212,94 @@ class TransformsPanel(QWidget):
                     f"<br><span style='color:#b26a00'><b>{missing} transform(s)</b> name keys that were not found "
                     "in the checkpoint under these names (shapes shown as ?).</span>"
                 )
-        if not rows:
+        if not n:
             text += " Nothing to transform with the enabled fusions."
-        self.info.setText(text)
+        return text
 
-    def _fit(self, measure: bool = True) -> None:
-        """Fit the columns to their text; long keys share what is left (elided on the left)."""
-        header = self.table.horizontalHeader()
-        if measure or not self._widths:
-            self._widths = natural_widths(self.model, self.table.fontMetrics())
-            self._widths[0] += 22  # the family icon
-        for col, w in enumerate(self._widths):
-            header.resizeSection(col, w)
-        width = self.table.viewport().width()
-        others = sum(header.sectionSize(c) for c in range(self.model.columnCount()) if c not in KEY_COLUMNS)
-        share_width(header, KEY_COLUMNS, max(width - others - 2, 2 * 120))
+    def _rebuild(self) -> None:
+        self._dirty = False
+        needle = self.filter_edit.text().strip().lower()
+        shown = [r for r in self.rows if in_scope(r["module"], self.scope) and _row_matches(r, needle)]
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for row in shown:
+            groups.setdefault(row["module"], []).append(row)
+        order = sorted(groups, key=natural_key)
+        self._shown = [row for module in order for row in groups[module]]
+        colours = style.family_colours(self.state.family_order)
+        self.model.removeRows(0, self.model.rowCount())
+        bold = QFont(self.table.font())
+        bold.setBold(True)
+        root = self.model.invisibleRootItem()
+        for module in order:
+            rows = groups[module]
+            family = rows[0].get("family", "")
+            # one cell across the row: the module path is never cut for the columns' sake
+            head = [QStandardItem(f"{module}   ·  {len(rows)} key(s), {family}")]
+            head[0].setIcon(style.fused_icon(colours.get(family, style.FAMILY_COLOURS[0])))
+            head[0].setFont(bold)
+            head[0].setToolTip(f"module {module} ({family}); double-click to select it in the tree")
+            for item in head:
+                item.setEditable(False)
+                item.setData(module, ModuleRole)
+            for row in rows:
+                cells = [row["source_key"], _shape(row, "source_shape"), row.get("dtype", ""), row["op"],
+                         row["target_key"], _shape(row, "target_shape")]  # fmt: skip
+                items = [QStandardItem(str(c)) for c in cells]
+                for col, item in enumerate(items):
+                    item.setEditable(False)
+                    item.setData(module, ModuleRole)
+                    item.setData(row, RowRole)
+                    item.setToolTip(str(cells[col]) if col in KEY_COLUMNS else "")
+                items[0].setToolTip(f"{row['source_key']}\nmodule: {module} ({family})")
+                head[0].appendRow(items)
+            root.appendRow(head)
+            self.table.setFirstColumnSpanned(root.rowCount() - 1, root.index(), True)
+        self.table.expandAll()
+        self._fit()
+        self._update_scope_label(len(shown))
+
+    def _update_scope_label(self, n: int) -> None:
+        if not self.scope or not self.rows:
+            self.scope_label.setText("")
+            return
+        total = len(self.rows)
+        if n:
+            text = f"Showing the {n} key(s) of <b>{self.scope}</b> (of {total}) · <a href='all'>show all</a>"
+        else:
+            text = f"Nothing is transformed in <b>{self.scope}</b> · <a href='all'>show all {total}</a>"
+        self.scope_label.setText(text)
+
+    def _fit(self) -> None:
+        """Short columns fit their text; the two key columns share what is left."""
+        header = self.table.header()
+        fm = self.table.fontMetrics()
+        for col in (1, 2, 3, 5):
+            texts = [HEADERS[col]] + [_cell(row, col) for row in self._shown[:2000]]
+            header.resizeSection(col, max(fm.horizontalAdvance(t) for t in texts) + 18)
+        others = sum(header.sectionSize(c) for c in (1, 2, 3, 5))
+        room = max(self.table.viewport().width() - others - 2, 2 * 160)
+        header.resizeSection(0, int(room * 0.55))
+        header.resizeSection(4, room - int(room * 0.55))
 
     def resizeEvent(self, event) -> None:  # Qt override: the key columns share the new width
         super().resizeEvent(event)
-        if self.model.rows:
-            self._fit(measure=False)
+        if self.model.rowCount():
+            self._fit()
 
-    def visible_rows(self) -> list[dict]:
-        return self.proxy.visible_rows()
+    def _on_double_clicked(self, index) -> None:
+        module = index.data(ModuleRole)
+        if module:
+            self._revealing = True  # the tree follows us; we do not narrow to the row just clicked
+            try:
+                self.state.reveal(module)
+            finally:
+                self._revealing = False
+
+    def visible_rows(self) -> list[dict[str, Any]]:
+        """The rows shown (after the scope and the filter), grouped by module in natural order."""
+        if self._dirty:
+            self._rebuild()
+        return [dict(row) for row in self._shown]
 
     def copy_json(self) -> str:
         """Copy the visible rows as JSON to the clipboard; returns the text."""
@@ -186,3 +308,14 @@ class TransformsPanel(QWidget):
         )
         QGuiApplication.clipboard().setText(text)
         return text
+
+
+def _cell(row: dict[str, Any], col: int) -> str:
+    return {1: _shape(row, "source_shape"), 2: str(row.get("dtype", "")), 3: str(row.get("op", "")),
+            5: _shape(row, "target_shape")}[col]  # fmt: skip
+
+
+def _row_matches(row: dict[str, Any], needle: str) -> bool:
+    if not needle:
+        return True
+    return any(needle in str(v).lower() for v in row.values())

@@ -1,21 +1,25 @@
-"""The module tree panel: filter box, lazy tree with fusion highlights, legend, "Expand to fusable"."""
+"""The module tree panel: regex and state filters, lazy folded tree with highlights and checks, legend.
+
+Keys as in Netron / Model Explorer: Ctrl+F filter, Enter or F3 next match (Shift+F3
+previous), Esc clears, Ctrl+C copies the full path; a context menu links to the other tabs.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QItemSelectionModel, QModelIndex, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFontMetrics, QPainter
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QColor, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMenu,
     QProgressBar,
     QSizePolicy,
-    QStyledItemDelegate,
-    QStyleOptionViewItem,
     QToolButton,
     QTreeView,
     QVBoxLayout,
@@ -23,16 +27,20 @@ from PySide6.QtWidgets import (
 )
 
 from .. import style
+from ..models.overlay import NodeFilter
 from ..models.tree_model import (
+    CHECK,
     CLASS,
+    DTYPE,
+    INSTANCES,
     NAME,
+    OWN,
     SHAPE,
-    ColourRole,
-    CountRole,
     ModuleFilterProxy,
     ModuleTreeModel,
-    StatusRole,
+    PathRole,
 )
+from .tree_parts import BadgeDelegate, EscapeFilter, fill_legend, header_menu, row_menu
 
 if TYPE_CHECKING:
     from fusion_core import Inspection
@@ -40,50 +48,19 @@ if TYPE_CHECKING:
     from ..state import AppState
 
 
-class BadgeDelegate(QStyledItemDelegate):
-    """Draws a small pill with the number of fusable modules below a collapsed ancestor."""
-
-    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
-        count = index.data(CountRole) or 0
-        if not count or index.data(StatusRole) == "matched":
-            super().paint(painter, option, index)
-            return
-        text = str(count)
-        fm = QFontMetrics(option.font)
-        badge_w = fm.horizontalAdvance(text) + 12
-        opt = QStyleOptionViewItem(option)
-        self.initStyleOption(opt, index)
-        style_ = opt.widget.style() if opt.widget is not None else None
-        text_rect = (
-            style_.subElementRect(style_.SubElement.SE_ItemViewItemText, opt, opt.widget)
-            if style_ is not None
-            else opt.rect
-        )
-        name_w = fm.horizontalAdvance(opt.text)
-        # the name is elided if the badge would not fit after it; the badge stays visible
-        room = text_rect.width() - badge_w - 8
-        narrowed = QStyleOptionViewItem(option)
-        if name_w > room:
-            narrowed.rect = option.rect.adjusted(0, 0, -(badge_w + 8), 0)
-            x = option.rect.right() - badge_w - 4
-        else:
-            x = text_rect.left() + name_w + 6
-        super().paint(painter, narrowed, index)
-        rect = option.rect
-        pill = QRectF(x, rect.top() + 3, badge_w, rect.height() - 6)
-        colour = index.data(ColourRole) or style.family_colour(0)
-        painter.save()
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(QColor(colour))
-        painter.drawRoundedRect(pill, pill.height() / 2, pill.height() / 2)
-        painter.setPen(QColor("white"))
-        painter.drawText(pill, Qt.AlignmentFlag.AlignCenter, text)
-        painter.restore()
+STATE_CHOICES = (
+    ("All modules", ""),
+    ("Fused", "is:fused"),
+    ("Rejected", "is:rejected"),
+    ("Candidates (fused or rejected)", "is:candidate"),
+    ("Near misses (not a candidate)", "is:near"),
+    ("Checked", "is:checked"),
+    ("Failed checks", "is:failed"),
+)
 
 
 class TreePanel(QWidget):
-    """Module tree with filter and highlights; reports the current module to the state."""
+    """Module tree with filters and highlights; reports the current module to the state."""
 
     filter_applied = Signal(str, int)  # text, number of matching modules
 
@@ -94,17 +71,33 @@ class TreePanel(QWidget):
         self.proxy = ModuleFilterProxy(self)
         self.proxy.setSourceModel(self.model)
         self._jump = -1
+        self._hits: list[str] = []  # matches of the filter, in model order
+        self._hit = -1
 
-        self.filter_edit = QLineEdit(placeholderText="Filter modules by name or class  (Ctrl+F)")
+        self.filter_edit = QLineEdit(
+            placeholderText="Filter: regex on path/class, is:fused, family:qkv, class:Linear  (Ctrl+F, Enter/F3 next)"
+        )
         self.filter_edit.setClearButtonEnabled(True)
+        self.filter_edit.setToolTip(
+            "A regular expression searched in module paths, names and classes (layers.*mlp), plus terms:<br>"
+            "<b>is:</b>fused | rejected | candidate | near | checked | failed, <b>family:</b>NAME, "
+            "<b>class:</b>REGEX.<br>Enter or F3: next match, Shift+F3: previous, Esc: clear."
+        )
+        self.state_box = QComboBox()
+        self.state_box.setToolTip("Show only modules in this state (with their ancestors)")
+        self._fill_state_box()
         self.filter_count = QLabel("")
         self.filter_count.setProperty("role", "hint")
+        self.fold_button = QToolButton(text="Fold repeats")
+        self.fold_button.setCheckable(True)
+        self.fold_button.setChecked(True)
+        self.fold_button.setToolTip("Show consecutive identical layers as one row ('layers 0–31 ×32 (identical)')")
         self.expand_button = QToolButton(text="Expand to fusable")
         self.expand_button.setToolTip(
             "Expand the tree to each module the enabled fusions replace; press again for the next"
         )
         self.expand_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.expand_button.setIcon(style.fused_icon(style.FAMILY_COLOURS[0]))
+        self.expand_button.setIcon(style.contains_icon(style.MIXED))
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
         self.busy.setMaximumHeight(6)
@@ -123,11 +116,22 @@ class TreePanel(QWidget):
         self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.view.setItemDelegateForColumn(NAME, BadgeDelegate(self.view))
         self.view.setExpandsOnDoubleClick(True)
+        self.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         header = self.view.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        for col, width in enumerate((220, 200, 66, 60, 100, 64)):
+        for col, width in enumerate((220, 200, 150, 66, 66, 60, 100, 64)):
             header.resizeSection(col, width)
+        self.view.setColumnHidden(CHECK, True)
+        for col in (OWN, DTYPE):  # rarely needed at first sight; the header's menu shows them
+            self.view.setColumnHidden(col, True)
+        header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        header.customContextMenuRequested.connect(self._on_header_menu)
+        self.copy_action = QAction("Copy path", self.view)
+        self.copy_action.setShortcut(QKeySequence.StandardKey.Copy)
+        self.copy_action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+        self.copy_action.triggered.connect(lambda: self.copy_path())
+        self.view.addAction(self.copy_action)
 
         self.legend = QHBoxLayout()
         self.legend.setSpacing(10)
@@ -137,13 +141,19 @@ class TreePanel(QWidget):
         legend_box.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.filter_edit.setMinimumWidth(120)
 
+        self.state_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.state_box.setMinimumContentsLength(12)
         top = QHBoxLayout()
         top.addWidget(self.filter_edit, 1)
-        top.addWidget(self.filter_count)
-        top.addWidget(self.expand_button)
+        top.addWidget(self.state_box)
+        tools = QHBoxLayout()
+        tools.addWidget(self.fold_button)
+        tools.addWidget(self.expand_button)
+        tools.addWidget(self.filter_count, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
+        layout.addLayout(tools)
         layout.addWidget(self.busy)
         layout.addWidget(self.placeholder)
         layout.addWidget(self.view, 1)
@@ -152,13 +162,24 @@ class TreePanel(QWidget):
         self._filter_timer = QTimer(self, singleShot=True, interval=150)
         self._filter_timer.timeout.connect(self.apply_filter)
         self.filter_edit.textChanged.connect(self._on_text_changed)
+        self.filter_edit.returnPressed.connect(self.next_match)
+        self._esc = EscapeFilter(self.filter_edit, self.clear_filter)
+        for keys, slot in (("F3", self.next_match), ("Shift+F3", self.previous_match)):
+            shortcut = QShortcut(QKeySequence(keys), self)
+            shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            shortcut.activated.connect(slot)
+        self.state_box.currentIndexChanged.connect(lambda _i: self.apply_filter())
+        self.fold_button.toggled.connect(self.set_folding)
         self.expand_button.clicked.connect(self.expand_to_fusable)
+        self.view.customContextMenuRequested.connect(self._on_context_menu)
         self.view.selectionModel().currentRowChanged.connect(self._on_current_row_changed)
         state.model_changed.connect(self._on_model_changed)
         state.fusions_changed.connect(self._on_fusions_changed)
         state.reveal_requested.connect(self._on_reveal_requested)
         state.opening.connect(self._on_opening)
         state.job_ended.connect(self._on_job_ended)
+        state.checks_finished.connect(self._on_checks_finished)
+        state.checks_cleared.connect(lambda: self._on_checks_finished(None))
         self._update_legend()
 
     # state -> view ---------------------------------------------------------------------
@@ -181,95 +202,161 @@ class TreePanel(QWidget):
         self.model.set_tree(insp.tree)
         self._jump = -1
         self._on_fusions_changed()
+        self._on_checks_finished(None)
+        self._show_top_levels()
+        if self.filter_edit.text() or self.state_box.currentIndex() > 0:
+            self.apply_filter()
+        self.view.setCurrentIndex(self.proxy.index(0, 0))
+
+    def _show_top_levels(self) -> None:
         # the first two levels: the tower / language model split is what users look for
-        tree = insp.tree
+        tree = self.model.tree
+        if tree is None:
+            return
         for child in tree.root.children:
             for grandchild in child.children[:1]:
                 self.model.ensure_fetched(grandchild.path)
-        root = self.proxy.index(0, 0)
-        self.view.expand(root)
+        self.view.expand(self.proxy.index(0, 0))
         for child in tree.root.children:
             if child.children:
                 self.view.expand(self.proxy_index(child.path))
-        if self.filter_edit.text():
-            self.apply_filter()
-        self.view.setCurrentIndex(root)
+        from fusion_core.model.tree import repeat_runs  # the engine is loaded: a model is open
+
+        # the layer lists near the top show their folds ("layers 0–31 ×32 (identical)") at once
+        if self.model.folding:
+            for node in tree.root.walk():
+                if node.kind == "container" and node.path.count(".") <= 2 and repeat_runs(node.children):
+                    self.model.ensure_fetched(node.children[0].path)  # the fold row exists, closed
+                    self._expand_ancestors(node.path)
+                    self.view.expand(self.proxy_index(node.path))
 
     def _on_fusions_changed(self) -> None:
         matched, rejected = self.state.highlights()
-        colours = {name: style.family_colour(i) for i, name in enumerate(self.state.family_order)}
-        fused_names = {}
+        colours = {n: QColor(c) for n, c in style.family_colours(self.state.family_order).items()}
+        fused_names: dict[str, str] = {}
+        near: dict[str, tuple[str, str]] = {}
         if self.state.inspection is not None:
-            for name in self.state.enabled:
-                for m in self.state.inspection.discovery(name).matches:
+            for name in self.state.family_order:
+                if name not in self.state.enabled:
+                    continue
+                d = self.state.inspection.discovery(name)
+                for m in d.matches:
                     fused_names[m.path] = m.fused_class.__name__
-        self.model.set_highlights(matched, rejected, colours, fused_names)
+                for r in getattr(d, "near_misses", None) or []:
+                    if r.path not in matched:
+                        near.setdefault(r.path, (name, r.reason))
+        self.model.set_highlights(matched, rejected, colours, fused_names, near)
         self._jump = -1
+        self._fill_state_box()
         self._update_legend()
+        if self.proxy.node_filter:
+            self.apply_filter()  # state filters follow the highlights
+        else:
+            self.filter_count.setText("")  # a "fusable 1 of 3" from before would be stale
+
+    def _on_checks_finished(self, result: object) -> None:
+        self.model.set_checks(result)
+        has = bool(self.model.overlay.scores)
+        self.view.setColumnHidden(CHECK, not has)
+        if has:
+            self.fit_columns()
+
+    def _fill_state_box(self) -> None:
+        current = self.state_box.currentData() or ""
+        self.state_box.blockSignals(True)
+        self.state_box.clear()
+        for text, data in STATE_CHOICES:
+            self.state_box.addItem(text, data)
+        colours = style.family_colours(self.state.family_order)
+        for name in self.state.family_order:
+            self.state_box.addItem(style.fused_icon(colours[name]), f"Family: {name}", f"family:{name}")
+        i = self.state_box.findData(current)
+        self.state_box.setCurrentIndex(max(i, 0))
+        self.state_box.blockSignals(False)
+
+    def set_state_filter(self, term: str) -> None:
+        """Choose a state filter by its term ('' | 'is:fused' | 'family:qkv' ...) and apply it."""
+        i = self.state_box.findData(term)
+        if i < 0:
+            raise ValueError(f"no such state filter: {term!r}")
+        self.state_box.setCurrentIndex(i)
+        self.apply_filter()
 
     def _update_legend(self) -> None:
-        while self.legend.count():
-            item = self.legend.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
-        enabled = [n for n in self.state.family_order if n in self.state.enabled]
-        matched, rejected = self.state.highlights()
-
-        def add(icon, text: str, tip: str) -> None:
-            pic = QLabel()
-            pic.setPixmap(icon.pixmap(14, 14))
-            label = QLabel(text)
-            label.setToolTip(tip)
-            pic.setToolTip(tip)
-            self.legend.addWidget(pic)
-            self.legend.addWidget(label)
-
-        # only families with matches: the others mark nothing in the tree (their counts are in the Fusions tab)
-        for i, name in enumerate(self.state.family_order):
-            n = sum(1 for f in matched.values() if f == name)
-            if name in enabled and n:
-                colour = style.FAMILY_COLOURS[i % len(style.FAMILY_COLOURS)]
-                add(style.fused_icon(colour), f"{name} ({n})", f"modules {name} replaces")
-        add(style.rejected_icon(), f"rejected ({len(rejected)})", "candidates not fused; the reason is in the tooltip")
-        if matched:
-            add(style.contains_icon(style.FAMILY_COLOURS[0]), "contains fusable", "the number of fusable modules below")
-        hint = "" if matched else ("nothing to fuse with the enabled fusions" if enabled else "no fusion enabled")
-        if hint:
-            label = QLabel(f"{hint} (Fusions tab)")
-            label.setProperty("role", "hint")
-            self.legend.addWidget(label)
-        self.legend.addStretch(1)
+        fill_legend(self.legend, self.state)
 
     # filter ----------------------------------------------------------------------------
     def _on_text_changed(self, _text: str) -> None:
         self._filter_timer.start()
 
     def apply_filter(self) -> int:
-        """Apply the filter box now; returns the number of matching modules."""
+        """Apply the filter box and the state box now; returns the number of matching modules."""
         self._filter_timer.stop()
         text = self.filter_edit.text()
         tree = self.model.tree
-        self.proxy.set_needle(text)
-        if tree is None or not self.proxy.needle:
+        term = self.state_box.currentData() or ""
+        node_filter = NodeFilter(text, term)
+        self._hits, self._hit = [], -1
+        if tree is None or not node_filter:
+            self.proxy.set_needle(text, term)
             self.filter_count.setText("")
             self.filter_applied.emit(text, 0)
             return 0
-        hits = [n for n in tree.by_path.values() if self.proxy.matches(n)]
-        # rows below unexpanded nodes do not exist yet: create the ancestors of each hit
+        overlay = self.model.overlay
+        hits = [n for n in tree.root.walk() if node_filter.matches(n, overlay)]
+        # rows below unexpanded nodes (and folds) do not exist yet: create the ancestors of each hit
         for node in hits:
             self.model.ensure_fetched(node.path)
-        self.proxy.set_needle(text)
-        for node in hits:
+        self.proxy.set_needle(text, term)  # once, after the rows exist
+        for node in hits[:2000]:  # beyond that, expanding costs more than it shows
             self._expand_ancestors(node.path)
-        self.filter_count.setText(f"{len(hits)} match{'es' if len(hits) != 1 else ''}")
+        self._hits = [n.path for n in hits]
+        error = node_filter.error
+        count = f"{len(hits)} match{'es' if len(hits) != 1 else ''}"
+        self.filter_count.setText(f"{count} (literal)" if error else count)
+        self.filter_count.setToolTip(error)
         if hits:
             self.view.scrollTo(self.proxy_index(hits[0].path))
         self.filter_applied.emit(text, len(hits))
         return len(hits)
 
+    def next_match(self, step: int = 1) -> str:
+        """Select the next match of the filter (Enter, F3); returns its path ('' if none)."""
+        if self._filter_timer.isActive() or not self._hits:
+            self.apply_filter()
+        if not self._hits:
+            return ""
+        self._hit = (self._hit + step) % len(self._hits)
+        path = self._hits[self._hit]
+        self.select_path(path)
+        self.filter_count.setText(f"match {self._hit + 1} of {len(self._hits)}")
+        return path
+
+    def previous_match(self) -> str:
+        return self.next_match(-1)
+
+    def clear_filter(self) -> None:
+        """Esc: clear the text and the state filter, keep the current module in view."""
+        current = self.current_path()
+        self.filter_edit.clear()
+        self.state_box.setCurrentIndex(0)
+        self.apply_filter()
+        if current:
+            self.select_path(current)
+
     def focus_filter(self) -> None:
         self.filter_edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
         self.filter_edit.selectAll()
+
+    def set_folding(self, on: bool) -> None:
+        current = self.current_path()
+        self.fold_button.setChecked(on)
+        self.model.set_folding(on)
+        self._show_top_levels()
+        if self.proxy.node_filter:
+            self.apply_filter()
+        if current and self.select_path(current):
+            self.view.expand(self.view.currentIndex())  # where the user was: open, as the fold was
 
     # navigation ------------------------------------------------------------------------
     def proxy_index(self, path: str, column: int = 0) -> QModelIndex:
@@ -277,14 +364,13 @@ class TreePanel(QWidget):
         return self.proxy.mapFromSource(self.model.index_for_path(path, column))
 
     def _expand_ancestors(self, path: str) -> None:
-        node = self.model.tree.by_path[path].parent if self.model.tree else None
+        index = self.proxy_index(path).parent()
         chain = []
-        while node is not None:
-            chain.append(node.path)
-            node = node.parent
-        for p in reversed(chain):
-            index = self.proxy_index(p)
-            if index.isValid() and not self.view.isExpanded(index):
+        while index.isValid():
+            chain.append(index)
+            index = index.parent()
+        for index in reversed(chain):
+            if not self.view.isExpanded(index):
                 self.view.expand(index)
 
     def select_path(self, path: str) -> bool:
@@ -292,8 +378,9 @@ class TreePanel(QWidget):
         if self.model.tree is None or path not in self.model.tree.by_path:
             return False
         index = self.proxy_index(path)
-        if not index.isValid() and self.proxy.needle:
+        if not index.isValid() and self.proxy.node_filter:
             self.filter_edit.clear()
+            self.state_box.setCurrentIndex(0)
             self.apply_filter()
             index = self.proxy_index(path)
         if not index.isValid():
@@ -323,26 +410,84 @@ class TreePanel(QWidget):
         self.filter_count.setText(f"fusable {self._jump + 1} of {len(paths)}")
         return path
 
+    def expand_all_below(self, index: QModelIndex | None = None) -> int:
+        """Expand every row below ``index`` (default: the current row), folds included."""
+        index = index if index is not None else self.view.currentIndex()
+        source = self.proxy.mapToSource(index)
+        item = self.model.item(source)
+        if item is None:
+            return 0
+        nodes = [n for top in getattr(item, "nodes", [item]) for n in top.walk()]
+        for node in nodes:
+            if node.children:
+                self.model.ensure_fetched(node.children[-1].path)
+                for child in node.children:
+                    group = self.model.fold_for_path(child.path) if self.model.folding else QModelIndex()
+                    if group.isValid():
+                        self.model.fetchMore(group)
+        self.view.expandRecursively(self.proxy.mapFromSource(source))
+        return len(nodes)
+
     def current_path(self) -> str:
         index = self.view.currentIndex()
-        return self.proxy.mapToSource(index).internalPointer().path if index.isValid() else ""
+        return index.data(PathRole) or "" if index.isValid() else ""
+
+    def copy_path(self, index: QModelIndex | None = None) -> str:
+        """Copy the full dotted path of the current (or given) row; returns it."""
+        index = index if index is not None else self.view.currentIndex()
+        path = index.data(PathRole) if index.isValid() else None
+        if path is None:
+            return ""
+        QGuiApplication.clipboard().setText(path)
+        return path
 
     def _on_current_row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if current.isValid():
-            node = self.proxy.mapToSource(current).internalPointer()
-            if node is not None:
-                self.state.select_module(node.path)
+            path = current.data(PathRole)
+            if path is not None:
+                self.state.select_module(path)
+
+    def context_menu(self, index: QModelIndex) -> QMenu:
+        """The row's menu: copy path, show transforms / in mapping, check, expand all below."""
+        return row_menu(self, index)
+
+    def _on_header_menu(self, pos) -> None:
+        header_menu(self).popup(self.view.header().mapToGlobal(pos))
+
+    def show_in(self, path: str, tab: str) -> None:
+        """Select ``path`` and show it in a tab (transforms, mapping)."""
+        self.state.select_module(path)
+        self.state.tab_requested.emit(tab)
+
+    def _on_context_menu(self, pos) -> None:
+        index = self.view.indexAt(pos)
+        if index.isValid():
+            self.context_menu(index.siblingAtColumn(0)).popup(self.view.viewport().mapToGlobal(pos))
 
     def fit_columns(self) -> None:
         """Fit class and shape to their text; the name column takes the rest of the width."""
         header = self.view.header()
-        width = self.view.viewport().width()
+        # room for the vertical scroll bar that appears as rows are expanded
+        bar = self.view.style().pixelMetric(self.view.style().PixelMetric.PM_ScrollBarExtent)
+        width = self.view.width() - 2 * self.view.frameWidth() - bar
         for col in (CLASS, SHAPE):
             self.view.resizeColumnToContents(col)
         header.resizeSection(SHAPE, min(max(header.sectionSize(SHAPE), 90), 150))
-        header.resizeSection(CLASS, min(max(header.sectionSize(CLASS) + 8, 140), int(width * 0.3)))
-        others = sum(header.sectionSize(c) for c in range(header.count()) if c != NAME)
-        header.resizeSection(NAME, max(width - others - 2, 200))
+        header.resizeSection(
+            CLASS,
+            min(
+                max(header.sectionSize(CLASS) + 8, 140),
+                int(width * (0.22 if self.view.isColumnHidden(CHECK) else 0.17)),
+            ),
+        )
+        header.resizeSection(INSTANCES, self.view.fontMetrics().horizontalAdvance("Instances") + 16)
+        if not self.view.isColumnHidden(CHECK):
+            self.view.resizeColumnToContents(CHECK)
+            header.resizeSection(CHECK, min(max(header.sectionSize(CHECK), 110), 190))
+        others = sum(
+            header.sectionSize(c) for c in range(header.count()) if c != NAME and not self.view.isColumnHidden(c)
+        )
+        header.resizeSection(NAME, max(width - others - 2, 240))
 
     def resizeEvent(self, event) -> None:  # Qt override: keep the columns within the width
         super().resizeEvent(event)

@@ -7,6 +7,8 @@ import json
 import pytest
 from PySide6.QtCore import Qt
 
+from fusion_gui.models.tree_model import CHECK
+
 PATCH = "model.visual.patch_embed"
 JOB_TIMEOUT_MS = 180_000
 
@@ -35,6 +37,13 @@ def test_run_checks_all_rows_pass(qtbot, window, open_model, only_fusions, qwen2
     assert "upstream" in panel.upstream_label.text() and panel.upstream_label.isVisible()
     assert len(panel.chart.chart().series()) >= 3
     assert window.tabs.currentWidget() is panel
+    # the tree shows the result per fused module and summarised on its ancestors
+    check = window.tree.model.index_for_path(PATCH, CHECK).data()
+    assert (
+        "× " in check
+        and " pass" in check
+        and window.tree.model.index_for_path("model", CHECK).data().startswith("all 1 pass")
+    )
     saved = panel.save_json(tmp_path / "checks.json")
     data = json.loads(saved.read_text())
     assert data["passed"] is True and data["modules"][0]["module"] == PATCH

@@ -42,7 +42,13 @@ def test_weight_transforms_rows_shapes_direction_filter_copy(qtbot, window, open
         )
     ]
     assert rows[0]["dtype"] == "F32"
-    assert panel.table.model().index(0, 1).data() == "32×3×2×14×14"
+    # grouped by module: the module path (tree name) above its checkpoint keys
+    assert rows[0]["module"] == PATCH
+    group = panel.table.model().index(0, 0)
+    assert group.data().startswith(f"{PATCH}  ") and "patch_embeddings" in group.data()
+    assert panel.table.isExpanded(group) and panel.table.isFirstColumnSpanned(0, group.parent())
+    assert panel.table.model().index(0, 0, group).data() == "visual.patch_embed.proj.weight"
+    assert panel.table.model().index(0, 1, group).data() == "32×3×2×14×14"
     assert "Checkpoint layout: <b>original</b>" in panel.info.text()
 
     panel.save_button.click()

@@ -79,7 +79,7 @@ def _wide_model(blocks: int, per_block: int) -> nn.Module:
 def test_large_tree_is_lazy(qtbot, qtmodeltester):
     tree = module_tree(_wide_model(100, 110))  # 11,101 modules
     assert len(tree) > 10_000
-    model = ModuleTreeModel()
+    model = ModuleTreeModel(fold=False)
     model.set_tree(tree)
     assert model.rowCount() == 1
     assert model.fetched_count() == 0  # nothing below the root row exists yet
@@ -89,14 +89,14 @@ def test_large_tree_is_lazy(qtbot, qtmodeltester):
     assert model.rowCount(root) == 100 and model.fetched_count() == 1
     assert model.index_for_path("57.3").isValid()
     assert model.fetched_count() == 2
-    small = ModuleTreeModel()
+    small = ModuleTreeModel(fold=False)
     small.set_tree(module_tree(_wide_model(3, 4)))
     qtmodeltester.check(small)
 
 
 def test_filter_reaches_unexpanded_rows(qtbot):
     tree = module_tree(_wide_model(20, 30))
-    model = ModuleTreeModel()
+    model = ModuleTreeModel(fold=False)
     model.set_tree(tree)
     proxy = ModuleFilterProxy()
     proxy.setSourceModel(model)
