@@ -19,6 +19,14 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape", "backslashreplace").decode("ascii"), text)
 
 
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key that orders numbers by value: ``layers.2`` before ``layers.10``."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(text))
+
+
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     """Format ``rows`` as a plain left-aligned text table (cells made :func:`printable`)."""
     cells = [[str(h) for h in headers]] + [[("" if c is None else printable(str(c))) for c in r] for r in rows]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
+
+from fusion_core.text import natural_key as natural_key  # re-exported: the panels sort with it
 
 _UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
 
@@ -72,14 +73,6 @@ def seconds_text(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f} s"
     return f"{int(seconds // 60)} min {int(seconds % 60)} s"
-
-
-_DIGITS = re.compile(r"(\d+)")
-
-
-def natural_key(text: str) -> tuple:
-    """Sort key that orders numbers by value: 'layers.2' before 'layers.10'."""
-    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(text))
 
 
 def elide_dotted(text: str, width: int, measure: Callable[[str], int]) -> str:
