@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CheckError, UsageError
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from .capture import capture_and_run, shapes_of
-from .loading import iter_load, load_plain, torch_dtype, upstream_fusion_suspended
+from .loading import iter_load, load_plain, torch_dtype, unpolluted, upstream_fusion_suspended
 from .results import (
     TOLERANCES,
     CheckResult,
@@ -196,6 +196,7 @@ def _run(
     dtype, device = workload.dtype, workload.device
     yield Progress(0, 6, "opening model")
     # one meta model and one plan for the whole check: the fused load, the original and upstream use them
+    source, fusion_config = unpolluted(source, fusion_config)
     plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
     src = plan.source
     require_weights(src)
@@ -246,7 +247,7 @@ def _run(
             result.end_to_end = EndToEndCheck("", "", "", {}, None, None, skipped=f"not run: {skipped}")
         else:
             result.end_to_end = _check_end_to_end(inputs, original, loaded.model, out_original, dtype, timing)
-            _shares(result, inputs.calls)
+            _shares(result, original, inputs, device)
         del original, loaded
     project(result)
     result.family_verdicts = family_verdicts(result)
@@ -396,19 +397,64 @@ def _check_end_to_end(
     return EndToEndCheck(inputs.entry, name, inputs.kind, inputs.shapes(), comparison, measured, notes)
 
 
-def _shares(result: CheckResult, calls: dict[str, int]) -> None:
-    """Each module's share of the original end-to-end time: its time x its calls per forward.
+def _shares(result: CheckResult, original: nn.Module, inputs: Any, device: str, rounds: int = 3) -> None:
+    """Each fused module's share of the original end-to-end time, timed inside that forward.
 
-    Only for modules the end-to-end run called (a module verified on sample inputs has no
-    share in a forward that never reached it: ``None``).
+    Hooks around each module the end-to-end run reaches add up its time within the same
+    forward whose total they are divided by (median of ``rounds`` forwards), so shares are
+    consistent with each other and sum to at most 1. A module verified on sample inputs
+    has no share in a forward that never reached it (``None``).
     """
-    e = result.end_to_end
-    if e is None or e.timing is None or e.timing.original_ms <= 0:
+    import statistics
+
+    import torch
+
+    from .timing import sync_for
+
+    sync = sync_for(device)
+    paths = [m.path for m in result.modules if m.verified_by == BY_END_TO_END]
+    if not paths:
         return
+    spent: dict[str, float] = {}
+    started: dict[str, float] = {}
+
+    def pre(path: str) -> Any:
+        def hook(*_a: Any) -> None:
+            sync()
+            started[path] = time.perf_counter()
+
+        return hook
+
+    def post(path: str) -> Any:
+        def hook(*_a: Any) -> None:
+            sync()
+            spent[path] = spent.get(path, 0.0) + time.perf_counter() - started.pop(path, time.perf_counter())
+
+        return hook
+
+    handles = []
+    for path in paths:
+        module = original.get_submodule(path)
+        handles += [module.register_forward_pre_hook(pre(path)), module.register_forward_hook(post(path))]
+    entry = original.get_submodule(inputs.entry) if inputs.entry else original
+    per_path: dict[str, list[float]] = {p: [] for p in paths}
+    try:
+        with torch.inference_mode():
+            for _ in range(rounds):
+                spent.clear()
+                sync()
+                t0 = time.perf_counter()
+                entry(**inputs.kwargs)
+                sync()
+                total = time.perf_counter() - t0
+                for p in paths:
+                    per_path[p].append(spent.get(p, 0.0) / total if total > 0 else 0.0)
+    finally:
+        for h in handles:
+            h.remove()
     for m in result.modules:
-        if m.verified_by == BY_END_TO_END and m.timing is not None:
-            share = m.timing.original_ms * calls.get(m.path, 1) / e.timing.original_ms
-            m.share_of_end_to_end = min(1.0, share)
+        if m.path in per_path:
+            m.share_of_end_to_end = min(1.0, statistics.median(per_path[m.path]))
 
 
 def check(

@@ -241,6 +241,26 @@ def upstream_patches() -> list[str]:
     return sorted(mp.get_patch_mapping()) if registered or mp.get_patch_mapping() else []
 
 
+def unpolluted(source: Any, fusion_config: Any) -> tuple[Any, Any]:
+    """``(source, fusion_config)`` to plan from again when transformers' fusion has patched classes.
+
+    A plan or inspection made while those patches were active was discovered on the patched
+    (upstream-fused) classes and would find nothing to fuse: it is rebuilt from its source,
+    and cached discoveries are dropped. Without patches, the arguments are returned as is.
+    """
+    if not upstream_patches():
+        return source, fusion_config
+    from ..plan.discovery import clear_cache
+    from ..plan.fusion_plan import FusionPlan, Inspection
+
+    clear_cache()
+    if isinstance(source, FusionPlan):
+        return source.source, source.fusion_config if fusion_config is None else fusion_config
+    if isinstance(source, Inspection):
+        return source.source, fusion_config
+    return source, fusion_config
+
+
 @contextmanager
 def upstream_fusion_suspended(notes: list[str] | None = None) -> Iterator[list[str]]:
     """Build and load models as if transformers' own fusion had never run in this process.
@@ -317,7 +337,9 @@ def iter_load(
     wanted = torch_dtype(dtype)
     dtype_name = str(wanted).removeprefix("torch.")
     yield Progress(0, 4, "opening model")
-    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
+    source, fusion_config = unpolluted(source, fusion_config)
+    with upstream_fusion_suspended():
+        plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
     insp = plan.inspection
     src = insp.source
     require_weights(src)

@@ -41,8 +41,8 @@ def ratio_interval(ratios: list[float], seed: int = 0) -> tuple[float, float, fl
     if not logs:
         return float("nan"), float("nan"), float("nan")
     center = statistics.median(logs)
-    if len(logs) < 3:
-        return math.exp(center), math.exp(min(logs)), math.exp(max(logs))
+    if len(logs) < 3:  # no interval from so few pairs: widened to hold 1.0, so the verdict is "same"
+        return math.exp(center), math.exp(min([*logs, 0.0])), math.exp(max([*logs, 0.0]))
     rng = random.Random(seed)
     n = len(logs)
     meds = sorted(statistics.median(rng.choices(logs, k=n)) for _ in range(_BOOTSTRAP))

@@ -93,7 +93,7 @@ def run_upstream(
         return UpstreamReport(available=False, transformers_version=version, summary=why, families=families)
     paths = [p for p, fam in plan.matched_paths.items() if fam in known]
     request = {
-        "folder": str(source.folder),
+        "folder": str(Path(source.folder).resolve()),  # the worker runs in a neutral directory
         "model_class": source.model_class.__name__,
         "fusion_config": {k: v for k, v in plan.fusion_config.items() if k in known},
         "dtype": dtype,
