@@ -100,9 +100,49 @@ def materialize(plan: FusionPlan, path: str, dtype: str, device: str) -> nn.Modu
         with open_shard(src.folder, file) as f:
             for name, key in pairs:
                 state[name] = f.get_tensor(key)
-    for p, m in module.named_modules():
-        for n in getattr(m, "_non_persistent_buffers_set", ()):
-            if m._buffers.get(n) is not None:
-                raise CheckError(f"{path}: buffer {p + '.' if p else ''}{n} is computed at init, not stored")
     module.load_state_dict(state, strict=True, assign=True)
+    _computed_buffers(module, meta, path)
     return module.to(device=device, dtype=wanted).eval()
+
+
+def _computed_buffers(module: nn.Module, meta: nn.Module, path: str) -> None:
+    """Fill the buffers a module computes at init (``position_ids``, rotary ``inv_freq``...).
+
+    They are not in the checkpoint: they come from a fresh instance of the same class built
+    on the CPU from the module's own ``config`` (only that module is allocated), or, for an
+    integer ``position_ids``, from ``arange``.
+
+    Raises:
+        CheckError: a computed buffer neither way can fill.
+    """
+    import torch
+
+    wanted = [
+        (p, m, n)
+        for p, m in module.named_modules()
+        for n in getattr(m, "_non_persistent_buffers_set", ())
+        if m._buffers.get(n) is not None
+    ]
+    if not wanted:
+        return
+    fresh = None
+    config = getattr(meta, "config", None)
+    if config is not None:
+        try:
+            with torch.device("cpu"):
+                fresh = type(meta)(config)
+        except Exception:  # a constructor with other arguments: fall back to arange below
+            fresh = None
+    for p, m, n in wanted:
+        name = f"{p}.{n}" if p else n
+        if fresh is not None:
+            try:
+                m._buffers[n] = fresh.get_buffer(name).clone()
+                continue
+            except AttributeError:
+                pass
+        buf = m._buffers[n]
+        if "position_ids" in n and not buf.is_floating_point():
+            m._buffers[n] = torch.arange(buf.shape[-1], dtype=buf.dtype).expand(buf.shape).clone()
+            continue
+        raise CheckError(f"{path}: buffer {name} is computed at init and not stored in the checkpoint")
