@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QSpinBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QWidget
 
 
 class WorkloadControls(QWidget):
@@ -23,8 +23,16 @@ class WorkloadControls(QWidget):
         self.modules_only.setToolTip(
             "check only the fused modules, read alone from the checkpoint: bounded memory, no end-to-end run"
         )
-        row = QHBoxLayout(self)
-        row.setContentsMargins(0, 0, 0, 0)
+        self.image = QLineEdit()
+        self.image.setPlaceholderText("image file (optional): real inputs through the checkpoint's processor")
+        self.prompt = QLineEdit()
+        self.prompt.setPlaceholderText("prompt (optional): through the checkpoint's tokenizer")
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        grid.addLayout(row, 0, 0, 1, 2)
+        grid.addWidget(self.image, 1, 0)
+        grid.addWidget(self.prompt, 1, 1)
         for label, widget in (
             ("device:", self.device), ("threads:", self.threads), ("image px:", self.image_size),
             ("frames:", self.frames), ("seq len:", self.seq_len), ("batch:", self.batch),
@@ -44,6 +52,8 @@ class WorkloadControls(QWidget):
             "seq_len": self.seq_len.value() or None,
             "batch": self.batch.value(),
             "modules_only": self.modules_only.isChecked(),
+            "image": self.image.text().strip() or None,
+            "prompt": self.prompt.text() or None,
         }
 
 

@@ -162,3 +162,31 @@ def test_bad_workload_is_usage_error(qwen2_vl_dir: Path, capsys, arg: str) -> No
     code = main(["check", str(qwen2_vl_dir), "--fusion", "patch_embeddings", "--no-upstream", arg])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "internal error" not in err
+
+
+def test_prompt_without_tokenizer_files_falls_back_with_a_note(qwen2_vl_dir: Path) -> None:
+    result = check(qwen2_vl_dir, {"patch_embeddings": True}, prompt="a cat", **FAST)
+    assert result.passed and result.end_to_end.input_kind == "vision-grid"
+    assert result.end_to_end.notes[0] == (
+        "the checkpoint has no tokenizer files: synthetic inputs instead of --image/--prompt"
+    )
+
+
+def test_prompt_through_the_checkpoints_own_tokenizer(llama_dir: Path, tmp_path: Path) -> None:
+    """A folder with tokenizer files: the prompt is tokenized by them (data only) and runs end to end."""
+    import shutil
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path / "llama"
+    shutil.copytree(llama_dir, folder)
+    vocab = {"[UNK]": 0, "a": 5, "cat": 6, "sat": 7}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    result = check(folder, {"qkv": True}, prompt="a cat sat", **FAST)
+    e = result.end_to_end
+    assert result.passed and e.input_kind == "processor" and e.input_shapes["input_ids"] == [1, 3]
+    assert e.notes[0].startswith("real inputs: a prompt through the checkpoint's own tokenizer")
+    assert all(m.verified_by == "end-to-end inputs" for m in result.modules)
