@@ -60,7 +60,11 @@ def fits_in_memory(plan: FusionPlan, dtype: str, device: str) -> str:
     have = available_bytes()
     if have is None or need <= have:
         return ""
-    return f"needs {need / GIB:.1f} GiB, {have / GIB:.1f} available"
+    return f"needs {_size(need)}, {_size(have)} available"
+
+
+def _size(n: float) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:.0f} MiB"
 
 
 def materialize(plan: FusionPlan, path: str, dtype: str, device: str) -> nn.Module:

@@ -170,3 +170,16 @@ def test_upstream_worker_never_imports_from_the_folder(qwen2_vl_dir: Path, tmp_p
         os.chdir(old)
     assert result.passed and result.upstream.ran and not result.upstream.error
     assert not [m for m in markers if m.exists()]
+
+
+def test_model_larger_than_memory_checks_modules_alone(qwen2_vl_dir: Path, monkeypatch) -> None:
+    """When both models would not fit, end to end is skipped with the sizes and the fused
+    modules are still verified alone (the available memory is made tiny for the test)."""
+    from fusion_core.run import modules
+
+    monkeypatch.setattr(modules, "available_bytes", lambda: 2**20)
+    result = check(qwen2_vl_dir, {"patch_embeddings": True}, repeats=1, time_budget=0, upstream=False)
+    assert result.passed and result.modules_only
+    assert result.modules[0].verified_by == "module sample inputs"
+    skipped = result.end_to_end.skipped
+    assert skipped.startswith("not run: needs ") and skipped.endswith(", 1 MiB available")
