@@ -65,7 +65,10 @@ def _fusion_config(args: argparse.Namespace) -> dict[str, bool] | None:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
+    from ..run.checks import check_device
     from ..run.loading import iter_load
+
+    check_device(args.device)  # a bad or absent device is one line, exit 2
 
     gen = iter_load(
         args.model,
