@@ -11,8 +11,9 @@ one view.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -213,7 +214,7 @@ class ConvPatchFusion(FusionSpec):
 
 def _patch_samples(
     spec: ConvPatchFusion, module: nn.Module, config: PretrainedConfig | None, workload: Workload
-) -> list[tuple[str, tuple[tuple[Any, ...], dict[str, Any]]]]:
+) -> Iterable[tuple[str, tuple[tuple[Any, ...], dict[str, Any]]]]:
     """Candidate inputs for a patch embedding: flattened patches, an image or a clip."""
     from . import _samples as s
 
@@ -250,16 +251,16 @@ def _patch_samples(
         patches = s.randn(workload, gen, batch * t * gh * gw, channels * math.prod(kernel))
         flat_note = f"{batch * t * gh * gw} flattened patches ({t}x{gh}x{gw} grid)"
         clip_t = frames or int(s.config_value(config, "num_frames", "frames_per_clip") or 2 * kernel[0])
-        clip = s.randn(workload, gen, batch, channels, clip_t, gh * ph, gw * pw)
         flat_first = "hidden_states" in params or hasattr(module, "temporal_patch_size")
-        cands = [(flat_note, ((patches,), {}))] if flat_first else []
-        cands += [
-            (f"clip {tuple(clip.shape)} frames first", ((clip.transpose(1, 2).contiguous(),), {})),
-            (f"clip {tuple(clip.shape)} channels first", ((clip,), {})),
-        ]
-        if not flat_first:
-            cands.append((flat_note, ((patches,), {})))
-        return cands
+
+        def clips() -> Iterator[tuple[str, tuple[tuple[Any, ...], dict[str, Any]]]]:
+            # made only when the flattened patches are refused: a 1024 px clip is large
+            clip = s.randn(workload, gen, batch, channels, clip_t, gh * ph, gw * pw)
+            yield f"clip {tuple(clip.shape)} frames first", ((clip.transpose(1, 2).contiguous(),), {})
+            yield f"clip {tuple(clip.shape)} channels first", ((clip,), {})
+
+        flat = [(flat_note, ((patches,), {}))]
+        return itertools.chain(flat, clips()) if flat_first else itertools.chain(clips(), flat)
     image = s.randn(workload, gen, batch, channels, gh * ph if merge > 1 else height, gw * pw if merge > 1 else width)
     cands = []
     if interpolate:
