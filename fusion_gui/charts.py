@@ -41,7 +41,7 @@ class ChecksChart(QChartView):
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
         self.setRenderHint(QPainter.RenderHint.Antialiasing)
-        self.setMinimumHeight(220)
+        self.setMinimumHeight(150)  # the Checks tab also holds the workload controls
         self.rows: list[dict[str, Any]] = []
         self.set_rows([])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QLabel, QLineEdit, QSpinBox, QWidget
 
 
 class WorkloadControls(QWidget):
@@ -24,23 +24,28 @@ class WorkloadControls(QWidget):
             "check only the fused modules, read alone from the checkpoint: bounded memory, no end-to-end run"
         )
         self.image = QLineEdit()
-        self.image.setPlaceholderText("image file (optional): real inputs through the checkpoint's processor")
+        self.image.setPlaceholderText("image file (optional)")
+        self.image.setToolTip("real inputs: the image goes through the checkpoint's own processor files")
         self.prompt = QLineEdit()
-        self.prompt.setPlaceholderText("prompt (optional): through the checkpoint's tokenizer")
+        self.prompt.setPlaceholderText("prompt (optional)")
+        self.prompt.setToolTip("real inputs: the text goes through the checkpoint's own tokenizer files")
+        # label/control pairs, three to a row, in a grid that stays narrow (the window's
+        # minimum width is the widest tab's)
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
-        row = QHBoxLayout()
-        grid.addLayout(row, 0, 0, 1, 2)
-        grid.addWidget(self.image, 1, 0)
-        grid.addWidget(self.prompt, 1, 1)
-        for label, widget in (
-            ("device:", self.device), ("threads:", self.threads), ("image px:", self.image_size),
-            ("frames:", self.frames), ("seq len:", self.seq_len), ("batch:", self.batch),
-        ):  # fmt: skip
-            row.addWidget(QLabel(label))
-            row.addWidget(widget)
-        row.addWidget(self.modules_only)
-        row.addStretch(1)
+        pairs = (
+            ("device:", self.device), ("threads:", self.threads), ("batch:", self.batch),
+            ("image px:", self.image_size), ("frames:", self.frames), ("seq len:", self.seq_len),
+        )  # fmt: skip
+        for i, (label, widget) in enumerate(pairs):
+            grid.addWidget(QLabel(label), i // 3, 2 * (i % 3))
+            grid.addWidget(widget, i // 3, 2 * (i % 3) + 1)
+        grid.setColumnStretch(6, 1)
+        for widget in (self.image, self.prompt):
+            widget.setMinimumWidth(80)
+        grid.addWidget(self.image, 2, 0, 1, 3)
+        grid.addWidget(self.prompt, 2, 3, 1, 3)
+        grid.addWidget(self.modules_only, 3, 0, 1, 6)
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of ``iter_check`` these controls stand for."""
