@@ -396,13 +396,14 @@ class ChecksPanel(QWidget):
             return
         differs = any(f.status == "differs" for f in up.families) or (not up.families and not up.matches_ours)
         verdict = " — differs from ours" if differs else (" — matches ours" if up.matches_ours else "")
-        families = "".join(
-            f"<br>{html.escape(f.name)}: <b>{html.escape(f.status)}</b>"
-            + (f" <span style='color:#5f6368'>({html.escape(f.detail)})</span>" if f.detail else "")
-            for f in up.families
-        )
+        # one line per family; the full finding is in the tooltip (the table and chart need the room)
+        families = "; ".join(f"{html.escape(f.name)}: <b>{html.escape(f.status)}</b>" for f in up.families)
         self.upstream_label.setText(
-            f"<b>transformers' own fusion (upstream){verdict}:</b> {html.escape(up.summary)}{families}"
+            f"<b>transformers' own fusion (upstream){verdict}:</b> {families or html.escape(up.summary)}"
+        )
+        self.upstream_label.setToolTip(
+            up.summary
+            + "".join(f"\n{f.name}: {f.status}" + (f" ({f.detail})" if f.detail else "") for f in up.families)
         )
         self._set_role(self.upstream_label, "warn" if differs else "ok" if up.matches_ours else "info", None)
         self.upstream_label.show()

@@ -31,6 +31,8 @@ def test_run_checks_all_rows_pass(qtbot, window, open_model, only_fusions, qwen2
     assert "End to end" in panel.end_label.text() and panel.end_label.isVisible()
     # upstream transformers 5.24 loads Qwen2-VL fused with random weights: the finding is shown, not hidden
     assert "upstream" in panel.upstream_label.text() and panel.upstream_label.isVisible()
+    assert "patch_embeddings: <b>differs</b>" in panel.upstream_label.text()
+    assert "MISSING" in panel.upstream_label.toolTip()
     assert len(panel.chart.chart().series()) >= 3
     assert window.tabs.currentWidget() is panel
     saved = panel.save_json(tmp_path / "checks.json")
