@@ -1,4 +1,5 @@
-"""The checks chart (QtCharts): speedup per fused module as bars, error vs tolerance on a log axis."""
+"""The checks chart (QtCharts): speedup per fused module as bars with 95% whiskers, error vs
+its limit on a log axis. No ratio without its interval: each bar carries a whisker."""
 
 from __future__ import annotations
 
@@ -35,18 +36,19 @@ def short_name(path: str, parts: int = 2) -> str:
 
 
 class ChecksChart(QChartView):
-    """Bars: speedup (fused vs original; green faster, red slower). Dots: max abs error (log)."""
+    """Bars: speedup (fused vs original; green, amber when slower) with 95% whiskers. Dots: max abs error (log)."""
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
         self.setRenderHint(QPainter.RenderHint.Antialiasing)
-        self.setMinimumHeight(220)
+        self.setMinimumHeight(150)  # the Checks tab also holds the workload controls
         self.rows: list[dict[str, Any]] = []
         self.set_rows([])
 
     def set_rows(self, rows: list[dict[str, Any]], end_to_end: dict[str, Any] | None = None) -> None:
-        """Plot ``rows`` (module, speedup, max_abs_diff, tolerance, passed) plus the end-to-end row."""
+        """Plot ``rows`` (module, speedup, low, high, max_abs_diff, limit, passed) plus the end-to-end row."""
         self.rows = list(rows) + ([end_to_end] if end_to_end else [])
+        self.whiskers: list[QLineSeries] = []
         chart = QChart()
         chart.setMargins(QMargins(4, 4, 4, 4))
         chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
@@ -58,9 +60,9 @@ class ChecksChart(QChartView):
             chart.setTitle("Run checks to see speedups and errors per fused module")
             self.setChart(chart)
             return
-        chart.setTitle("Speedup of each fused module (bars) and its error against the tolerance (dots)")
+        chart.setTitle("Speedup of each fused module (bars, 95% whiskers) and its error against the limit (dots)")
         labels = [short_name(r["module"]) for r in self.rows]
-        speed = QBarSet("speedup (amber: slower)")
+        speed = QBarSet("speedup (amber: slower; whiskers: 95% interval)")
         speed.setColor(QColor(style.PASS))
         speed.setSelectedColor(QColor(SLOWER))  # one set, per-bar colour: slower bars are "selected"
         speed.setLabelColor(QColor(style.TEXT_ON_TINT))
@@ -68,10 +70,20 @@ class ChecksChart(QChartView):
         for i, r in enumerate(self.rows):
             s = r.get("speedup")
             s = float(s) if isinstance(s, (int, float)) and math.isfinite(s) else 0.0
-            top = max(top, s)
+            top = max(top, s, _finite(r.get("high")) or 0.0)
             speed.append(s)
-            if s < 1:
+            if r.get("verdict") == "slower" or (not r.get("verdict") and s < 1):
                 speed.selectBar(i)
+        for i, r in enumerate(self.rows):
+            low, high = _finite(r.get("low")), _finite(r.get("high"))
+            if low is None or high is None:
+                continue
+            whisker = QLineSeries()
+            whisker.setName("95% interval")
+            whisker.setPen(QPen(QColor("#212121"), 2))
+            for x, y in ((i - 0.08, low), (i + 0.08, low), (i, low), (i, high), (i - 0.08, high), (i + 0.08, high)):
+                whisker.append(QPointF(x, y))
+            self.whiskers.append(whisker)
         bars = QBarSeries()
         bars.append(speed)
         bars.setBarWidth(0.45)
@@ -98,7 +110,7 @@ class ChecksChart(QChartView):
         exact_dots.setBorderColor(QColor("#1565c0"))
         exact_dots.setMarkerSize(10)
         errors = [_finite(r.get("max_abs_diff")) for r in self.rows]
-        tols = [_finite(r.get("tolerance")) for r in self.rows]
+        tols = [_finite(r.get("limit")) for r in self.rows]
         scale = [v for v in errors + tols if v is not None and v > 0] or [1e-6]
         lo = 10 ** (math.floor(math.log10(min(scale))) - 1)
         hi = 10 ** (math.ceil(math.log10(max(scale))) + 1)
@@ -113,7 +125,7 @@ class ChecksChart(QChartView):
                 (ok_dots if r.get("passed") else bad_dots).append(QPointF(i, err))
             if tols[i]:
                 line = QLineSeries()
-                line.setName("tolerance")
+                line.setName("limit")
                 line.setPen(QPen(QColor("#6d4c41"), 2, Qt.PenStyle.DashLine))
                 line.append(QPointF(i - 0.35, tols[i]))
                 line.append(QPointF(i + 0.35, tols[i]))
@@ -133,6 +145,8 @@ class ChecksChart(QChartView):
         chart.addAxis(y_speed, Qt.AlignmentFlag.AlignLeft)
         bars.attachAxis(x_axis)
         bars.attachAxis(y_speed)
+        for whisker in self.whiskers:
+            chart.addSeries(whisker)
         y_err = QLogValueAxis()
         y_err.setBase(10)
         y_err.setRange(lo, hi)
@@ -147,6 +161,11 @@ class ChecksChart(QChartView):
         for series in dot_series:
             series.attachAxis(x_num)
             series.attachAxis(y_err)
+        for whisker in self.whiskers:
+            whisker.attachAxis(x_num)
+            whisker.attachAxis(y_speed)
+        for whisker in self.whiskers[1:]:
+            chart.legend().markers(whisker)[0].setVisible(False)
         for line in tol_lines[1:]:
             chart.legend().markers(line)[0].setVisible(False)
         for dots in (bad_dots, exact_dots):

@@ -94,15 +94,17 @@ def open_model(spec: str, *, trust_remote_code: bool = False, cache: bool = True
     return gen
 
 
-def run_checks(plan: FusionPlan, *, dtype: str, repeats: int, upstream: bool):
+def run_checks(plan: FusionPlan, *, dtype: str, repeats: int, upstream: bool, **workload: Any):
     """Fused load + checks of ``plan``, the plan the window shows (``fusion_core.run.checks.iter_check``);
-    returns its CheckResult."""
+    returns its CheckResult. ``workload``: iter_check's other options (device, image_size, batch...)."""
 
     def gen():
         from fusion_core.run.checks import iter_check
 
-        log.info("checks: %s, %s, dtype %s, %d repeats", plan.model, list(plan.fusion_config), dtype, repeats)
-        result = yield from iter_check(plan, dtype=dtype, repeats=repeats, upstream=upstream)
+        log.info(
+            "checks: %s, %s, dtype %s, %d repeats, %s", plan.model, list(plan.fusion_config), dtype, repeats, workload
+        )
+        result = yield from iter_check(plan, dtype=dtype, repeats=repeats, upstream=upstream, **workload)
         return result
 
     return gen

@@ -279,11 +279,17 @@ class AppState(QObject):
         self.reveal_requested.emit(path)
 
     # checks and export -----------------------------------------------------------------
-    def run_checks(self, dtype: str = "float32", repeats: int = 5, upstream: bool = True) -> Job | None:
-        """Fused load + checks of the plan on show (the open model with the enabled fusions)."""
+    def run_checks(
+        self, dtype: str = "float32", repeats: int = 5, upstream: bool = True, **workload: Any
+    ) -> Job | None:
+        """Fused load + checks of the plan on show (the open model with the enabled fusions).
+
+        ``workload``: the other keyword arguments of ``fusion_core.run.checks.iter_check``
+        (device, image_size, frames, seq_len, batch, threads, modules_only, time_budget...).
+        """
         if self.plan is None or self.jobs.busy:
             return None
-        factory = operations.run_checks(self.plan, dtype=dtype, repeats=repeats, upstream=upstream)
+        factory = operations.run_checks(self.plan, dtype=dtype, repeats=repeats, upstream=upstream, **workload)
         job = self._start("checks", factory, f"Checking {self.spec} ({dtype})", f"Checked {self.spec} ({dtype})")
         job.succeeded.connect(self._on_checks_done)
         job.failed.connect(lambda e: self._report("Checks failed", e))

@@ -26,27 +26,10 @@ def seed_arg(text: str) -> int:
 
 def device_arg(text: str) -> str:
     """``--device``: a torch device that exists on this machine (``cpu``, ``cuda``, ``cuda:1``, ``mps``)."""
-    import torch
+    from ..errors import UsageError
+    from ..run.checks import check_device
 
-    shown = printable(text[:60])
     try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError, TypeError):
-        raise argparse.ArgumentTypeError(f"unknown device '{shown}': use cpu, cuda, cuda:N or mps") from None
-    kind = device.type
-    if kind == "cpu":
-        return text
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise argparse.ArgumentTypeError(f"device '{shown}': no CUDA GPU is available here; use --device cpu")
-        count = torch.cuda.device_count()
-        if device.index is not None and device.index >= count:
-            raise argparse.ArgumentTypeError(
-                f"device '{shown}': this machine has {count} CUDA device(s), 0 to {count - 1}"
-            )
-        return text
-    if kind == "mps":
-        if not torch.backends.mps.is_available():
-            raise argparse.ArgumentTypeError(f"device '{shown}': MPS is not available here; use --device cpu")
-        return text
-    raise argparse.ArgumentTypeError(f"device '{shown}': not supported; use cpu, cuda, cuda:N or mps")
+        return check_device(printable(text[:60]))
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--device ")) from None

@@ -21,8 +21,27 @@ def register(sub: Any) -> None:
     p = sub.add_parser("check", help="check fused vs original: error and speed, per module and end to end")
     p.add_argument("model", help="folder, config.json, demo:<name> or org/name (with weights)")
     _common(p)
-    p.add_argument("--repeats", type=int, default=5, metavar="N", help="timed runs per side (medians; default 5)")
+    p.add_argument(
+        "--repeats", type=int, default=5, metavar="N",
+        help="timed rounds always run per timing; more follow until the 95%% interval is tight (default 5)",
+    )  # fmt: skip
+    p.add_argument(
+        "--time-budget", type=float, default=2.0, metavar="S",
+        help="seconds each timing may spend tightening its interval (default 2)",
+    )  # fmt: skip
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the synthetic inputs (default 0)")
+    w = p.add_argument_group("workload (default: the model's own sizes)")
+    w.add_argument("--image-size", type=int, metavar="PX", help="image side in pixels (default: processor/config)")
+    w.add_argument("--frames", type=int, metavar="N", help="video frames (default: the model's)")
+    w.add_argument("--seq-len", type=int, metavar="N", help="text tokens (default 128)")
+    w.add_argument("--batch", type=int, default=1, metavar="N", help="rows per run (default 1)")
+    w.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's)")
+    w.add_argument("--image", metavar="PATH", help="a real image, through the checkpoint's own processor files")
+    w.add_argument("--prompt", metavar="TEXT", help="real text, through the checkpoint's own tokenizer files")
+    w.add_argument(
+        "--modules-only", action="store_true",
+        help="check only the fused modules, read alone from the checkpoint (bounded memory; no end to end)",
+    )  # fmt: skip
     p.add_argument(
         "--no-upstream", action="store_true", help="skip the upstream parity check (transformers' own fusion)"
     )
@@ -95,6 +114,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     if args.repeats < 1:
         raise UsageError("check: --repeats must be at least 1")
+    if not args.time_budget >= 0:
+        raise UsageError("check: --time-budget must be >= 0")
     source = resolve_source(args.model, args.trust_remote_code)
     if not args.fusion and getattr(source.config, "fusion_config", None) is None:
         raise UsageError("check: give at least one --fusion NAME (see `fusion-core families`); the config has none")
@@ -107,6 +128,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         device=args.device,
         seed=args.seed,
         trust_remote_code=args.trust_remote_code,
+        image_size=args.image_size,
+        frames=args.frames,
+        seq_len=args.seq_len,
+        batch=args.batch,
+        threads=args.threads,
+        image=args.image,
+        prompt=args.prompt,
+        modules_only=args.modules_only,
+        time_budget=args.time_budget,
     )
     result = run_with_progress(gen, desc="check", quiet=args.json)
     if args.json:
@@ -118,6 +148,17 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _g(x: float | None) -> str:
     return "" if x is None else f"{x:.2g}"
+
+
+def _speed(t: Any) -> str:
+    """A ratio is never printed without its 95% interval."""
+    if t is None:
+        return ""
+    return f"{t.interval_text()} {t.verdict}" + (" (noisy)" if t.noisy else "")
+
+
+def _share(x: float | None) -> str:
+    return "" if x is None else f"{x:.1%}"
 
 
 def format_check(result: Any) -> str:
@@ -138,37 +179,71 @@ def format_check(result: Any) -> str:
             (
                 m.path,
                 f"{m.original_class} -> {m.fused_class}",
+                m.verified_by or "not verified",
                 " ".join("x".join(map(str, s)) for s in m.input_shapes),
                 _g(c.max_abs_diff if c else None),
-                _g(c.max_rel_diff if c else None),
+                _g(c.limit if c else None),
                 f"{t.original_ms:.3f}" if t else "",
                 f"{t.fused_ms:.3f}" if t else "",
-                f"{t.speedup:.2f}x" if t else "",
+                _speed(t),
+                _share(m.share_of_end_to_end),
                 "pass" if m.passed else f"FAIL {m.error}".strip(),
             )
         )
     e = result.end_to_end
-    if e is not None:
+    if e is not None and e.ran:
         rows.append(
             (
                 f"end to end ({e.output})",
                 e.entry or result.model_class,
+                f"{e.input_kind} inputs",
                 " ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in e.input_shapes.items()),
                 _g(e.comparison.max_abs_diff),
-                _g(e.comparison.max_rel_diff),
+                _g(e.comparison.limit),
                 f"{e.timing.original_ms:.3f}",
                 f"{e.timing.fused_ms:.3f}",
-                f"{e.timing.speedup:.2f}x",
+                _speed(e.timing),
+                "100%",
                 "pass" if e.passed else "FAIL",
             )
         )
-    headers = ["module", "classes", "inputs", "max abs", "max rel", "orig ms", "fused ms", "speedup", "result"]
+    headers = ["module", "classes", "verified by", "inputs", "max abs", "limit", "orig ms", "fused ms"]
+    headers += ["speedup [95% interval]", "share", "result"]
     lines.append(table(rows, headers))
-    lines.append(f"timings: median of {result.repeats} runs each, interleaved")
+    if e is not None and not e.ran:
+        lines.append(f"end to end: {e.skipped}")
+    elif e is not None and e.projected_speedup is not None:
+        lines.append(
+            f"end to end: measured {e.timing.interval_text()}; projected from module shares {e.projected_speedup:.2f}x"
+        )
+    peaks = [(m.path, m.timing) for m in result.modules if m.timing and m.timing.original_peak_mb is not None]
+    if e is not None and e.timing is not None and e.timing.original_peak_mb is not None:
+        peaks.append(("end to end", e.timing))
+    for name, t in peaks:
+        lines.append(f"peak memory {name}: original {t.original_peak_mb:.1f} MiB, fused {t.fused_peak_mb:.1f} MiB")
+    lines.append("timings: paired rounds, alternating order; speedup = median ratio, 95% bootstrap interval")
+    lines += [f"verdict: {v.line}" for v in result.family_verdicts]
     if e is not None:
         lines += [f"inputs: {note}" for note in e.notes]
     lines += [f"note: {m}" for m in result.messages]
+    lines += [f"warning: {w}" for w in result.warnings]
     if result.upstream is not None:
         lines.append(result.upstream.summary)
+    lines.append(banner(result))
     lines.append("PASSED" if result.passed else "FAILED")
     return "\n".join(lines)
+
+
+def banner(result: Any) -> str:
+    """The verdict line: "exact" (the checks) kept apart from "faster" (the timings)."""
+    if not result.passed:
+        failed = [m.path for m in result.modules if not m.passed]
+        if result.end_to_end is not None and not result.end_to_end.passed:
+            failed.append("end to end")
+        return f"exact: NO, not exact or not verified: {', '.join(failed)}"
+    speed = result.faster
+    e = result.end_to_end
+    if speed:
+        how = {"faster": "faster", "slower": "SLOWER", "same": "no measurable difference"}[speed]
+        return f"exact: yes; speed: end to end {how} ({e.timing.interval_text()})"
+    return f"exact: yes; speed: end to end {e.skipped if e is not None else 'not run'}"

@@ -11,9 +11,10 @@ one view.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -23,6 +24,8 @@ from .transforms import KeyTransform, Rename, Reshape
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
+
+    from .base import Workload
 
 
 class PatchLinear(nn.Linear):
@@ -194,3 +197,75 @@ class ConvPatchFusion(FusionSpec):
         fused = self.fused_class(type(module))
         module.__class__ = fused
         fused._convert(module)
+
+    def sample_inputs(
+        self, module: nn.Module, config: PretrainedConfig | None, workload: Workload
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Flattened patches (Qwen-VL style) or an image / clip at the module's expected size,
+        whichever the module's forward takes (see :meth:`FusionSpec.sample_inputs`).
+
+        Raises:
+            ValueError: the module accepts none of them (each attempt's error is named).
+        """
+        from ._sample_inputs import first_accepted
+
+        return first_accepted(module, _patch_samples(self, module, config, workload), "a patch embedding")
+
+
+def _patch_samples(
+    spec: ConvPatchFusion, module: nn.Module, config: PretrainedConfig | None, workload: Workload
+) -> Iterable[tuple[str, tuple[tuple[Any, ...], dict[str, Any]]]]:
+    """Candidate inputs for a patch embedding: flattened patches, an image or a clip."""
+    from . import _sample_inputs as s
+
+    attr = conv_child_name(module, spec.conv_type)
+    conv = module._modules.get(attr) if attr else None
+    if conv is None:
+        for child in module.children():  # fused: the PatchLinear stands where the Conv was
+            if isinstance(child, PatchLinear):
+                conv = child
+    if conv is None:
+        raise ValueError(f"{type(module).__name__} has no {spec.conv_type.__name__} to make inputs for")
+    kernel = tuple(int(k) for k in conv.kernel_size)
+    channels = int(conv.in_channels)
+    gen = s.generator(workload)
+    batch = max(1, int(workload.batch))
+    own = getattr(module, "image_size", None)
+    size = workload.image_size or own or s.config_value(config, "image_size", "crop_size") or s.DEFAULT_IMAGE_SIZE
+    if isinstance(size, (list, tuple)):
+        height, width = int(size[0]), int(size[-1])
+    elif isinstance(size, dict):
+        height = int(size.get("height", size.get("shortest_edge", s.DEFAULT_IMAGE_SIZE)))
+        width = int(size.get("width", height))
+    else:
+        height = width = int(size)
+    ph, pw = kernel[-2], kernel[-1]
+    merge = int(s.config_value(config, "spatial_merge_size") or 1)
+    gh = max(merge, (height // ph) // merge * merge)
+    gw = max(merge, (width // pw) // merge * merge)
+    params = s.parameters(module)
+    interpolate = "interpolate_pos_encoding" in params and workload.image_size is not None
+    frames = workload.frames
+    if len(kernel) == 3:
+        t = max(1, (frames or kernel[0]) // kernel[0])
+        patches = s.randn(workload, gen, batch * t * gh * gw, channels * math.prod(kernel))
+        flat_note = f"{batch * t * gh * gw} flattened patches ({t}x{gh}x{gw} grid)"
+        clip_t = frames or int(s.config_value(config, "num_frames", "frames_per_clip") or 2 * kernel[0])
+        flat_first = "hidden_states" in params or hasattr(module, "temporal_patch_size")
+
+        def clips() -> Iterator[tuple[str, tuple[tuple[Any, ...], dict[str, Any]]]]:
+            # made only when the flattened patches are refused: a 1024 px clip is large
+            clip = s.randn(workload, gen, batch, channels, clip_t, gh * ph, gw * pw)
+            yield f"clip {tuple(clip.shape)} frames first", ((clip.transpose(1, 2).contiguous(),), {})
+            yield f"clip {tuple(clip.shape)} channels first", ((clip,), {})
+
+        flat = [(flat_note, ((patches,), {}))]
+        return itertools.chain(flat, clips()) if flat_first else itertools.chain(clips(), flat)
+    image = s.randn(workload, gen, batch, channels, gh * ph if merge > 1 else height, gw * pw if merge > 1 else width)
+    cands = []
+    if interpolate:
+        cands.append((f"image {tuple(image.shape)}", ((image,), {"interpolate_pos_encoding": True})))
+    cands.append((f"image {tuple(image.shape)}", ((image,), {})))
+    patches = s.randn(workload, gen, batch * gh * gw, channels * math.prod(kernel))
+    cands.append((f"{batch * gh * gw} flattened patches", ((patches,), {})))
+    return cands

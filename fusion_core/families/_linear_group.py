@@ -23,6 +23,7 @@ project one input three times in a row); the inference checks would show it.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,6 +36,8 @@ from .transforms import Concat, KeyTransform
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
+
+    from .base import Workload
 
 _CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential, nn.ParameterList, nn.ParameterDict)
 
@@ -354,6 +357,61 @@ class LinearGroupFusion(FusionSpec):
         fused = self.fused_class(type(module))
         module.__class__ = fused
         fused._convert(module)
+
+    def sample_inputs(
+        self, module: nn.Module, config: PretrainedConfig | None, workload: Workload
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Hidden states of the members' input size, plus what the module's forward needs
+        (attention: position embeddings ``(cos, sin)``, masks, ``cu_seqlens``...), read from
+        its signature. Batched ``(batch, seq, hidden)`` first, packed ``(seq, hidden)`` too.
+
+        Raises:
+            ValueError: the module accepts none of them (each attempt's error is named).
+        """
+        from ._sample_inputs import first_accepted
+
+        return first_accepted(module, _group_samples(module, config, workload), f"a {self.name} module")
+
+
+def _group_samples(
+    module: nn.Module, config: PretrainedConfig | None, workload: Workload
+) -> list[tuple[str, tuple[tuple[Any, ...], dict[str, Any]]]]:
+    from . import _sample_inputs as s
+
+    group = module.__dict__.get("_fusion_group")
+    first = group.fused if group is not None else next(m for m in module.children() if isinstance(m, nn.Linear))
+    hidden = int(first.in_features)
+    gen = s.generator(workload)
+    batch, seq = max(1, int(workload.batch)), s.seq_len(workload)
+    params = s.parameters(module)
+    names = list(params)
+    head_dim = getattr(module, "head_dim", None) or s.config_value(config, "head_dim")
+    if not head_dim:
+        heads = getattr(module, "num_heads", None) or s.config_value(config, "num_attention_heads")
+        q = module._modules.get("q_proj") or getattr(module, "q_proj", None)
+        head_dim = int(q.out_features) // int(heads) if heads and q is not None else None
+    packed_first = "cu_seqlens" in params
+    cands = []
+    for packed in (packed_first, not packed_first):
+        lead = (seq,) if packed else (batch, seq)
+        x = s.randn(workload, gen, *lead, hidden)
+        kwargs: dict[str, Any] = {}
+        for name in names[1:]:
+            p = params[name]
+            if name == "position_embeddings" and head_dim:
+                angles = s.randn(workload, gen, *lead, int(head_dim))
+                kwargs[name] = (angles.cos(), angles.sin())
+            elif name == "cu_seqlens":
+                kwargs[name] = torch.tensor([0, seq], dtype=torch.int32, device=workload.device)
+            elif name == "max_seqlen":
+                kwargs[name] = seq
+            elif name == "position_ids":
+                kwargs[name] = torch.arange(seq, device=workload.device).expand(*lead[:-1], seq)
+            elif p.default is inspect.Parameter.empty:
+                kwargs[name] = None  # masks, caches: None means "none" in transformers' modules
+        label = f"hidden states {tuple(x.shape)}" + (f" with {', '.join(kwargs)}" if kwargs else "")
+        cands.append((label, ((x,), kwargs)))
+    return cands
 
 
 __all__ = ["FusedLinearGroupMixin", "LinearAlias", "LinearGroup", "LinearGroupFusion", "concat_linears"]

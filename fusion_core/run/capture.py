@@ -12,6 +12,8 @@ from .results import tensors_of
 if TYPE_CHECKING:
     from torch import nn
 
+    from ..families.base import Workload
+
 __all__ = ["capture_and_run", "shapes_of"]
 
 
@@ -34,9 +36,17 @@ def shapes_of(args: tuple, kwargs: dict) -> list[list[int]]:
 
 
 def capture_and_run(
-    model: nn.Module, paths: list[str], seed: int, device: str
+    model: nn.Module,
+    paths: list[str],
+    seed: int,
+    device: str,
+    workload: Workload | None = None,
+    candidates: list[Any] | None = None,
 ) -> tuple[Any, dict[str, tuple[tuple, dict]], Any]:
     """Run ``model`` on the first candidate inputs it accepts, capturing each path's first inputs.
+
+    ``inputs.calls`` counts how often each path ran in that forward (for its share of the time).
+    ``candidates`` replaces the synthetic ones (e.g. a processor's real inputs).
 
     Returns:
         (the accepted :class:`~fusion_core.run.inputs.ModelInputs`, path -> (args, kwargs), output)
@@ -47,9 +57,11 @@ def capture_and_run(
     import torch
 
     captured: dict[str, tuple[tuple, dict]] = {}
+    calls: dict[str, int] = {}
 
     def hook_for(path: str) -> Callable[..., None]:
         def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+            calls[path] = calls.get(path, 0) + 1
             if path not in captured:
                 captured[path] = (_clone(args), _clone(kwargs))
 
@@ -59,11 +71,13 @@ def capture_and_run(
     errors = []
     try:
         try:
-            candidates = list(candidate_inputs(model, paths, seed=seed))
+            if candidates is None:
+                candidates = list(candidate_inputs(model, paths, seed=seed, workload=workload))
         except ValueError as e:
             raise CheckError(f"{type(model).__name__}: {e}") from e
         for inputs in candidates:
             captured.clear()
+            calls.clear()
             inputs.kwargs = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.kwargs.items()}
             entry = model.get_submodule(inputs.entry) if inputs.entry else model
             try:
@@ -72,6 +86,7 @@ def capture_and_run(
             except Exception as e:  # a candidate the model does not accept: try the next
                 errors.append(f"{inputs.kind} inputs: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
                 continue
+            inputs.calls = dict(calls)
             return inputs, dict(captured), output
     finally:
         for h in handles:

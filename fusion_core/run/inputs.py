@@ -31,7 +31,11 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from ..families.base import Workload
+
 _PIXEL_KEYS = ("pixel_values", "pixel_values_videos")
+DEFAULT_SEQ_LEN = 128  # text tokens when neither the workload nor a prompt says
+DEFAULT_GRID_IMAGE_SIZE = 224  # Qwen-VL-like models state no image size; their processors take any
 _SPECIAL_TOKEN_NAMES = ("token_id", "token_index")
 
 
@@ -41,8 +45,9 @@ class ModelInputs:
 
     entry: str  # module path whose forward is called ("" = the model itself)
     kwargs: dict[str, Any]
-    kind: str  # "vision-grid" | "vision-tower" | "video" | "image" | "text"
+    kind: str  # "vision-grid" | "vision-tower" | "video" | "image" | "text" | "processor"
     notes: list[str] = field(default_factory=list)
+    calls: dict[str, int] = field(default_factory=dict)  # fused path -> times it ran in one forward
 
     def shapes(self) -> dict[str, list[int]]:
         return {k: list(v.shape) for k, v in self.kwargs.items() if hasattr(v, "shape")}
@@ -130,18 +135,25 @@ def _signature(module: nn.Module) -> dict[str, inspect.Parameter]:
     return dict(inspect.signature(module.forward).parameters)
 
 
-def _grid_inputs(entry: nn.Module, conv: nn.Module, params: dict, gen: torch.Generator, dtype: Any) -> ModelInputs:
+def _grid_inputs(
+    entry: nn.Module, conv: nn.Module, params: dict, gen: torch.Generator, dtype: Any, workload: Workload
+) -> ModelInputs:
     import torch
 
     config = entry.config
     kernel = tuple(conv.kernel_size)
     channels = int(conv.in_channels)
     merge = int(config_value(config, "spatial_merge_size") or 1)
-    t, h, w = 1, 2 * merge, 3 * merge  # not square, so a swapped layout shows
-    pixel_values = torch.randn(t * h * w, channels * math.prod(kernel), generator=gen).to(dtype)
-    kwargs: dict[str, Any] = {"pixel_values": pixel_values, "image_grid_thw": torch.tensor([[t, h, w]])}
+    size = workload.image_size or _size(config_value(config, "image_size")) or DEFAULT_GRID_IMAGE_SIZE
+    h = max(merge, size // kernel[-1] // merge * merge)
+    # without an explicit size, one merge unit wider than high: a swapped (h, w) layout shows
+    w = h if workload.image_size else h + merge
+    t, n = 1, max(1, workload.batch)
+    pixel_values = torch.randn(n * t * h * w, channels * math.prod(kernel), generator=gen).to(dtype)
+    kwargs: dict[str, Any] = {"pixel_values": pixel_values, "image_grid_thw": torch.tensor([[t, h, w]] * n)}
     notes = [
-        f"one image: grid (t, h, w) = ({t}, {h}, {w}), {t * h * w} patches of {channels}x{'x'.join(map(str, kernel))}"
+        f"{n} image(s) of {h * kernel[-2]}x{w * kernel[-1]} px: grid (t, h, w) = ({t}, {h}, {w}), "
+        f"{t * h * w} patches of {channels}x{'x'.join(map(str, kernel))} each"
     ]
     if "input_ids" in params:
         image_id = config_value(config, "image_token_id", "image_token_index")
@@ -150,53 +162,82 @@ def _grid_inputs(entry: nn.Module, conv: nn.Module, params: dict, gen: torch.Gen
         start = config_value(config, "vision_start_token_id", "image_start_token_id")
         end = config_value(config, "vision_end_token_id", "image_end_token_id")
         n_image = t * h * w // (merge * merge)
-        before, after = _text_ids(config, 4, gen), _text_ids(config, 4, gen)
+        text = max(8, (workload.seq_len or 8)) // 2
+        before, after = _text_ids(config, text, gen), _text_ids(config, text, gen)
         ids = before + ([start] if start is not None else []) + [image_id] * n_image
         ids += ([end] if end is not None else []) + after
-        input_ids = torch.tensor([ids])
+        input_ids = torch.tensor([ids] * n)
         kwargs["input_ids"] = input_ids
         if "mm_token_type_ids" in params:
             kwargs["mm_token_type_ids"] = (input_ids == image_id).to(torch.int32)
         if "attention_mask" in params:
             kwargs["attention_mask"] = torch.ones_like(input_ids)
-        notes.append(f"{len(ids)} tokens, {n_image} of them image tokens")
+        notes.append(f"{len(ids)} tokens per row, {n_image} of them image tokens")
     return ModelInputs("", kwargs, "vision-grid", notes)
 
 
+def _size(value: Any) -> int | None:
+    if isinstance(value, (list, tuple)) and value:
+        return int(value[0])
+    if isinstance(value, dict):
+        value = value.get("height", value.get("shortest_edge"))
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
 def _pixel_inputs(
-    entry: nn.Module, conv: nn.Module, key: str, params: dict, gen: torch.Generator, dtype: Any
+    entry: nn.Module, conv: nn.Module, key: str, params: dict, gen: torch.Generator, dtype: Any, workload: Workload
 ) -> Iterator[ModelInputs]:
-    """Images (Conv2d patches) or video clips (Conv3d tubelets) at the config's size."""
+    """Images (Conv2d patches) or video clips (Conv3d tubelets) at the workload's or config's size.
+
+    A model that also takes ``input_ids`` (CLIP, SigLIP: two towers) gets text next to the
+    pixels first, then pixels alone.
+    """
     import torch
 
     config = entry.config
     kernel = tuple(conv.kernel_size)
     channels = int(conv.in_channels)
     size = config_value(config, "image_size", "crop_size")
-    if isinstance(size, (list, tuple)):
+    if workload.image_size:
+        height = width = int(workload.image_size)
+    elif isinstance(size, (list, tuple)):
         height, width = int(size[0]), int(size[-1])
     else:
-        height = width = int(size) if size else 2 * kernel[-2 if len(kernel) > 1 else -1]
-    extra: dict[str, Any] = {}
-    required = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n != key]
-    if "input_ids" in required:
-        ids = torch.tensor([_text_ids(config, 8, gen)])
-        extra["input_ids"] = ids
-        if "attention_mask" in params:
-            extra["attention_mask"] = torch.ones_like(ids)
+        height = width = _size(size) or 2 * kernel[-2 if len(kernel) > 1 else -1]
+    n = max(1, workload.batch)
+    extras: list[dict[str, Any]] = []
+    if "input_ids" in params:
+        ids = torch.tensor([_text_ids(config, min(workload.seq_len or 8, _max_text(config)), gen)] * n)
+        extras.append(
+            {"input_ids": ids, **({"attention_mask": torch.ones_like(ids)} if "attention_mask" in params else {})}
+        )
+    required = [p for p, v in params.items() if v.default is inspect.Parameter.empty and p != key]
+    if "input_ids" not in required:
+        extras.append({})
+    if workload.image_size and "interpolate_pos_encoding" in params:
+        extras = [{**e, "interpolate_pos_encoding": True} for e in extras]
     if len(kernel) == 2:
-        image = torch.randn(1, channels, height, width, generator=gen).to(dtype)
-        yield ModelInputs("", {key: image, **extra}, "image", [f"one image, {channels} channels, {height}x{width}"])
+        image = torch.randn(n, channels, height, width, generator=gen).to(dtype)
+        for extra in extras:
+            text = f", {extra['input_ids'].shape[1]} text tokens" if "input_ids" in extra else ""
+            yield ModelInputs(
+                "", {key: image, **extra}, "image", [f"{n} image(s), {channels} channels, {height}x{width}{text}"]
+            )
         return
-    frames = int(config_value(config, "num_frames", "frames_per_clip") or 2 * kernel[0])
-    clip = torch.randn(1, frames, channels, height, width, generator=gen).to(dtype)
-    note = f"one clip of {frames} frames, {channels} channels, {height}x{width}"
-    yield ModelInputs("", {key: clip, **extra}, "video", [note + " (frames first)"])
-    yield ModelInputs("", {key: clip.transpose(1, 2).contiguous(), **extra}, "video", [note + " (channels first)"])
+    frames = int(workload.frames or config_value(config, "num_frames", "frames_per_clip") or 2 * kernel[0])
+    clip = torch.randn(n, frames, channels, height, width, generator=gen).to(dtype)
+    note = f"{n} clip(s) of {frames} frames, {channels} channels, {height}x{width}"
+    for extra in extras:
+        yield ModelInputs("", {key: clip, **extra}, "video", [note + " (frames first)"])
+        yield ModelInputs("", {key: clip.transpose(1, 2).contiguous(), **extra}, "video", [note + " (channels first)"])
+
+
+def _max_text(config: Any) -> int:
+    return int(config_value(config, "max_position_embeddings") or 512)
 
 
 def candidate_inputs(
-    model: nn.Module, fused_paths: list[str], *, seed: int = 0, dtype: Any = None
+    model: nn.Module, fused_paths: list[str], *, seed: int = 0, dtype: Any = None, workload: Workload | None = None
 ) -> Iterator[ModelInputs]:
     """Candidate inputs for ``model`` in order of likelihood (seeded: same seed, same tensors).
 
@@ -205,10 +246,14 @@ def candidate_inputs(
         fused_paths: the module paths to be fused (their Conv tells the patch shape).
         seed: the random seed.
         dtype: floating inputs are cast to it (default: the model's dtype).
+        workload: batch, text length, image size and frames (``None``: the model's own sizes).
 
     Raises:
         ValueError: no kind of input fits this model's forward.
     """
+    from ..families.base import Workload
+
+    workload = workload or Workload(seed=seed)
     entry_path = entry_module(model, fused_paths)
     entry = model.get_submodule(entry_path) if entry_path else model
     params = _signature(entry)
@@ -228,20 +273,20 @@ def candidate_inputs(
     gen = _generator(seed)
     if conv is not None and "pixel_values" in params and "image_grid_thw" in params:
         found = True
-        inputs = _grid_inputs(entry, conv, params, gen, dtype)
+        inputs = _grid_inputs(entry, conv, params, gen, dtype, workload)
         inputs.entry = entry_path
         inputs.kwargs.update(common)
         yield inputs
     elif conv is not None and "grid_thw" in params and ("hidden_states" in params or "pixel_values" in params):
         found = True  # a vision tower alone: flattened patches and their grid
-        inputs = _grid_inputs(entry, conv, {}, gen, dtype)
+        inputs = _grid_inputs(entry, conv, {}, gen, dtype, workload)
         key = "hidden_states" if "hidden_states" in params else "pixel_values"
         kwargs = {key: inputs.kwargs["pixel_values"], "grid_thw": inputs.kwargs["image_grid_thw"]}
         yield ModelInputs(entry_path, kwargs, "vision-tower", inputs.notes)
     elif conv is not None and len(conv.kernel_size) in (2, 3) and any(k in params for k in _PIXEL_KEYS):
         found = True
         key = next(k for k in _PIXEL_KEYS if k in params)
-        for inputs in _pixel_inputs(entry, conv, key, params, _generator(seed), dtype):
+        for inputs in _pixel_inputs(entry, conv, key, params, _generator(seed), dtype, workload):
             inputs.entry = entry_path
             inputs.kwargs.update(common)
             yield inputs
@@ -249,11 +294,12 @@ def candidate_inputs(
         import torch
 
         found = True
-        ids = torch.tensor([_text_ids(entry.config, 16, _generator(seed))])
+        length = min(workload.seq_len or DEFAULT_SEQ_LEN, _max_text(entry.config))
+        ids = torch.tensor([_text_ids(entry.config, length, _generator(seed))] * max(1, workload.batch))
         kwargs: dict[str, Any] = {"input_ids": ids, **common}
         if "attention_mask" in params:
             kwargs["attention_mask"] = torch.ones_like(ids)
-        yield ModelInputs(entry_path, kwargs, "text", [f"{ids.shape[1]} text tokens"])
+        yield ModelInputs(entry_path, kwargs, "text", [f"{ids.shape[0]} x {ids.shape[1]} text tokens"])
     if not found:
         raise ValueError(
             f"cannot make inputs for {type(entry).__name__}.forward({', '.join(params)}): "

@@ -22,8 +22,10 @@ import copy
 import logging
 import os
 import sys
+import threading
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from ..plan.fusion_plan import FusionConfig, FusionPlan, Inspection
 
 DTYPES = ("float32", "bfloat16", "float16")
+_SUSPEND_LOCK = threading.RLock()
 
 
 @dataclass
@@ -192,10 +195,11 @@ def from_pretrained(
     if note and notes is not None:
         notes.append(note)
     try:
-        if state_dict is None:
-            model, info = loader(str(source.folder), **kwargs)
-        else:
-            model, info = loader(None, state_dict=state_dict, **kwargs)
+        with upstream_fusion_suspended(notes):
+            if state_dict is None:
+                model, info = loader(str(source.folder), **kwargs)
+            else:
+                model, info = loader(None, state_dict=state_dict, **kwargs)
     except (OSError, RuntimeError, ValueError, KeyError) as e:
         if isinstance(e, CheckpointError):
             raise
@@ -218,6 +222,82 @@ def from_pretrained(
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+POLLUTED = (
+    "transformers' own fusion (from_pretrained(..., fusion_config=...)) ran earlier in this process and left "
+    "its class patches ({names}) and weight converters registered process-wide; they are suspended while "
+    "this runs (to avoid them, run transformers' fusion in a separate process)"
+)
+
+
+def upstream_patches() -> list[str]:
+    """The class names transformers' own fusion has patched process-wide (empty when none)."""
+    mp = sys.modules.get("transformers.monkey_patching")
+    fm = sys.modules.get("transformers.fusion_mapping")
+    if mp is None or fm is None:  # transformers' fusion never imported: it cannot have run
+        return []
+    registered = getattr(fm, "_REGISTERED_FUSION_SOURCE_PATTERNS", {})
+    return sorted(mp.get_patch_mapping()) if registered or mp.get_patch_mapping() else []
+
+
+def unpolluted(source: Any, fusion_config: Any) -> tuple[Any, Any]:
+    """``(source, fusion_config)`` to plan from again when transformers' fusion has patched classes.
+
+    A plan or inspection made while those patches were active was discovered on the patched
+    (upstream-fused) classes and would find nothing to fuse: it is rebuilt from its source,
+    and cached discoveries are dropped. Without patches, the arguments are returned as is.
+    """
+    if not upstream_patches():
+        return source, fusion_config
+    from ..plan.discovery import clear_cache
+    from ..plan.fusion_plan import FusionPlan, Inspection
+
+    clear_cache()
+    if isinstance(source, FusionPlan):
+        return source.source, source.fusion_config if fusion_config is None else fusion_config
+    if isinstance(source, Inspection):
+        return source.source, fusion_config
+    return source, fusion_config
+
+
+@contextmanager
+def upstream_fusion_suspended(notes: list[str] | None = None) -> Iterator[list[str]]:
+    """Build and load models as if transformers' own fusion had never run in this process.
+
+    ``from_pretrained(..., fusion_config=...)`` registers class patches (applied by every
+    later ``from_pretrained`` and model ``__init__``) and weight converters for the model
+    type, and never removes them (DESIGN.md). Inside this block both are taken out, so
+    the "original" is the original and discovery sees the original classes; they are put
+    back on exit. A note naming them is added to ``notes``.
+    """
+    names = upstream_patches()
+    if not names:
+        yield []
+        return
+    import transformers.conversion_mapping as cm
+    from transformers import fusion_mapping as fm
+    from transformers import monkey_patching as mp
+
+    with _SUSPEND_LOCK:
+        mapping = mp.get_patch_mapping()
+        saved: dict[str, Any] = {}
+        cache = cm._checkpoint_conversion_mapping_cache or {}
+        for (model_type, _family), sources in fm._REGISTERED_FUSION_SOURCE_PATTERNS.items():
+            current = cache.get(model_type)
+            if current is not None and model_type not in saved:
+                saved[model_type] = current
+                cache[model_type] = [c for c in current if tuple(c.source_patterns) not in sources]
+        mp.clear_patch_mapping()
+        message = POLLUTED.format(names=", ".join(names) or "weight converters")
+        if notes is not None and message not in notes:
+            notes.append(message)
+        try:
+            yield [message]
+        finally:
+            cache.update(saved)
+            if mapping:
+                mp.register_patch_mapping(mapping, overwrite=True)
 
 
 def iter_load(
@@ -257,7 +337,9 @@ def iter_load(
     wanted = torch_dtype(dtype)
     dtype_name = str(wanted).removeprefix("torch.")
     yield Progress(0, 4, "opening model")
-    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
+    source, fusion_config = unpolluted(source, fusion_config)
+    with upstream_fusion_suspended():
+        plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
     insp = plan.inspection
     src = insp.source
     require_weights(src)

@@ -247,6 +247,10 @@ class UpstreamReport:
 
     @property
     def matches_ours(self) -> bool:
+        """Upstream fused what we fused, with the same outputs; families it lacks do not count."""
+        if self.families:
+            statuses = [f.status for f in self.families]
+            return bool(self.ran and not self.error and "agrees" in statuses and "differs" not in statuses)
         return bool(
             self.ran
             and not self.error

@@ -19,15 +19,20 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .results import CheckResult, UpstreamReport
+from .results import CheckResult, UpstreamFamily, UpstreamReport
 
 if TYPE_CHECKING:
+    from ..families.base import Workload
     from ..model.sources import ModelSource
     from ..plan.fusion_plan import FusionPlan
+
+AGREES, DIFFERS, NOT_FUSED, NOT_AVAILABLE = "agrees", "differs", "not fused upstream", "not available upstream"
 
 MARKER = "FUSION_UPSTREAM_RESULT "
 TIMEOUT_S = 600
@@ -49,9 +54,20 @@ def upstream_knows(family: str) -> tuple[bool, str]:
 
 
 def run_upstream(
-    source: ModelSource, plan: FusionPlan, dtype: str, seed: int, ours: CheckResult | None = None
+    source: ModelSource,
+    plan: FusionPlan,
+    dtype: str,
+    seed: int,
+    ours: CheckResult | None = None,
+    workload: Workload | None = None,
 ) -> UpstreamReport:
     """Load ``source`` through upstream fusion in a child process and report what it did.
+
+    Only the families transformers knows are compared (others are listed as "not available
+    upstream" and never make the report "differs"). The child runs isolated: ``python -I``
+    (no working directory, ``PYTHONPATH`` or user site on ``sys.path``) from a fresh empty
+    directory, with this package's root put on ``sys.path`` explicitly, so no file in the
+    model folder or the working directory is ever imported.
 
     Args:
         source: the model (must have weights in a folder).
@@ -59,54 +75,102 @@ def run_upstream(
         dtype: ``float32`` | ``bfloat16`` | ``float16``.
         seed: the seed of the synthetic inputs (the same as our check's).
         ours: our check result, for the side-by-side summary.
+        workload: the check's sizes (the same inputs as ours).
     """
     import transformers
 
-    families = list(plan.fusion_config)
-    for family in families:
-        known, why = upstream_knows(family)
-        if not known:
-            return UpstreamReport(available=False, transformers_version=transformers.__version__, summary=why)
+    version = transformers.__version__
+    families: list[UpstreamFamily] = []
+    known = []
+    for family in plan.fusion_config:
+        ok, why = upstream_knows(family)
+        if ok:
+            known.append(family)
+        else:
+            families.append(UpstreamFamily(family, NOT_AVAILABLE, why))
+    if not known:
+        why = "; ".join(f.detail for f in families) or "no family to compare"
+        return UpstreamReport(available=False, transformers_version=version, summary=why, families=families)
+    paths = [p for p, fam in plan.matched_paths.items() if fam in known]
     request = {
-        "folder": str(source.folder),
+        "folder": str(Path(source.folder).resolve()),  # the worker runs in a neutral directory
         "model_class": source.model_class.__name__,
-        "fusion_config": plan.fusion_config,
+        "fusion_config": {k: v for k, v in plan.fusion_config.items() if k in known},
         "dtype": dtype,
         "seed": seed,
-        "paths": list(plan.matched_paths),
+        "paths": paths,
         "trust_remote_code": source.trust_remote_code,
+        "workload": asdict(workload) if workload is not None else None,
     }
     t0 = time.perf_counter()
-    report = UpstreamReport(available=True, transformers_version=transformers.__version__)
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
-    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "fusion_core.run.upstream"],
-            input=json.dumps(request),
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
-        report.error = f"the upstream worker took more than {TIMEOUT_S} s; stopped"
-    else:
-        line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(MARKER)), None)
-        if line is None:
-            tail = " ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
-            report.error = f"the upstream worker exited with status {proc.returncode} without a result: {tail}"
-        else:
-            for key, value in json.loads(line[len(MARKER) :]).items():
-                if hasattr(report, key):
-                    setattr(report, key, value)
+    report = UpstreamReport(available=True, transformers_version=version)
+    report.error = _run_worker(request, report)
     report.seconds = time.perf_counter() - t0
-    if ours is not None and ours.end_to_end is not None:
+    if ours is not None and ours.end_to_end is not None and ours.end_to_end.comparison is not None:
         report.ours_max_abs_diff = ours.end_to_end.comparison.max_abs_diff
+    for family in known:
+        family_paths = [p for p in paths if plan.matched_paths[p] == family]
+        families.append(_family_status(report, family, family_paths))
+    order = list(plan.fusion_config)
+    report.families = sorted(families, key=lambda f: order.index(f.name))
     report.summary = summarize(report)
     return report
+
+
+def _run_worker(request: dict[str, Any], report: UpstreamReport) -> str:
+    """Run the isolated worker; fill ``report`` from its answer. Returns an error or ""."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding the fusion_core package
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from fusion_core.run.upstream import main; sys.exit(main())"
+    with tempfile.TemporaryDirectory(prefix="fusion-upstream-") as neutral:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-I", "-c", code, root],
+                input=json.dumps(request),
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+                env=env,
+                cwd=neutral,
+            )
+        except subprocess.TimeoutExpired:
+            return f"the upstream worker took more than {TIMEOUT_S} s; stopped"
+    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(MARKER)), None)
+    if line is None:
+        tail = " ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
+        return f"the upstream worker exited with status {proc.returncode} without a result: {tail}"
+    error = ""
+    for key, value in json.loads(line[len(MARKER) :]).items():
+        if key == "error":
+            error = value
+        elif hasattr(report, key) and key != "families":
+            setattr(report, key, value)
+    return error
+
+
+def _family_status(r: UpstreamReport, family: str, paths: list[str]) -> UpstreamFamily:
+    if r.error:
+        return UpstreamFamily(family, DIFFERS, r.error)
+    classes = {p: r.module_classes.get(p, "") for p in paths}
+    if paths and not any(c.startswith("Fused") for c in classes.values()):
+        return UpstreamFamily(family, NOT_FUSED, f"upstream left {', '.join(sorted(set(classes.values())))}")
+    problems = []
+    unfused = [p for p, c in classes.items() if not c.startswith("Fused")]
+    if unfused:
+        problems.append(f"did not fuse {', '.join(unfused)}")
+    touched = [k for k in r.missing_keys + r.unexpected_keys if any(k.endswith(_tail(p)) or p in k for p in paths)]
+    if touched:
+        problems.append(f"keys missing or unexpected: {', '.join(touched)}")
+    if r.within_tolerance is False:
+        problems.append("outputs outside the tolerance")
+    if problems:
+        return UpstreamFamily(family, DIFFERS, "; ".join(problems))
+    return UpstreamFamily(family, AGREES, "")
+
+
+def _tail(path: str) -> str:
+    return ".".join(path.split(".")[-2:])
 
 
 def _short_key(key: str) -> str:
@@ -140,7 +204,13 @@ def summarize(r: UpstreamReport) -> str:
         clauses.append(f"LEAK: {r.leak_detail}")
     elif r.leak is False:
         clauses.append("no leak into a later plain load")
-    head = "matches ours" if r.matches_ours else "DIFFERS from ours"
+    differs = [f.name for f in r.families if f.status == DIFFERS]
+    if differs or (not r.families and not r.matches_ours):
+        head = "DIFFERS from ours"
+    else:
+        head = "matches ours" if r.matches_ours else "fuses none of these families"
+    if r.families:
+        clauses.append("families: " + ", ".join(f"{f.name} {f.status}" for f in r.families))
     return f"{who} {head}: " + "; ".join(clauses)
 
 
@@ -159,8 +229,13 @@ def _worker(request: dict[str, Any]) -> dict[str, Any]:
     src = resolve(request["folder"], model_class=request["model_class"], trust_remote_code=request["trust_remote_code"])
     dtype = torch_dtype(request["dtype"])
     paths = request["paths"]
+    from ..families.base import Workload
+
+    workload = Workload(**request["workload"]) if request.get("workload") else None
+    if workload is not None:
+        workload = Workload(**{**asdict(workload), "device": "cpu"})
     original = load_plain(src, dtype=dtype)
-    inputs, _captured, out_original = capture_and_run(original, paths, request["seed"], "cpu")
+    inputs, _captured, out_original = capture_and_run(original, paths, request["seed"], "cpu", workload)
     _, reference = main_output(out_original)
     loader, _note = weights_loader(src.model_class)
     kwargs = {"config": plain_config(src.config), "dtype": dtype, "output_loading_info": True}

@@ -1,10 +1,14 @@
-"""Checks tab: run fused load + checks in the background; results as a table, summary lines and a chart."""
+"""Checks tab: run fused load + checks in the background at a chosen workload; results as a
+table (how each module was verified, speedup with its 95% interval, share of the end-to-end
+time), per-family verdict lines, "exact" and "faster" as two banners, and a chart with
+whiskers. Reads the typed :class:`~fusion_core.run.results.CheckResult`, never dict keys."""
 
 from __future__ import annotations
 
 import html
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +34,11 @@ from PySide6.QtWidgets import (
 from .. import style
 from ..charts import ChecksChart
 from ..models.table_model import Column, RowsTableModel, natural_widths, share_width
+from .workload import WorkloadControls
 
 if TYPE_CHECKING:
+    from fusion_core.run.results import CheckResult
+
     from ..state import AppState
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -45,61 +52,59 @@ def _num(fmt: str):
 
 
 COLUMNS = (
-    Column("module", "Module", tooltip="pass (green) when max |fused - original| is within the dtype's tolerance"),
+    Column("module", "Module", tooltip="pass (green) when max |fused - original| is within the dtype's limit"),
+    Column("verified_by", "Verified by", tooltip="end-to-end inputs, or inputs the family made for the module alone"),
     Column("max_abs_diff", "Max abs diff", _num("{:.2e}"), numeric=True),
-    Column("max_rel_diff", "Rel diff", _num("{:.2e}"), numeric=True, tooltip="max |diff| / max |original|"),
-    Column("tolerance", "Tolerance", _num("{:.1e}"), numeric=True, tooltip="atol + rtol × max |original|"),
-    Column("original_ms", "Original ms", _num("{:.3f}"), numeric=True, tooltip="median over the repeats"),
-    Column("fused_ms", "Fused ms", _num("{:.3f}"), numeric=True, tooltip="median over the repeats"),
-    Column("speedup", "Speedup", _num("{:.2f}×"), numeric=True, tooltip="original ms / fused ms"),
+    Column("limit", "Limit", _num("{:.1e}"), numeric=True, tooltip="atol + rtol × max |original|"),
+    Column("original_ms", "Original ms", _num("{:.3f}"), numeric=True, tooltip="median over the paired rounds"),
+    Column("fused_ms", "Fused ms", _num("{:.3f}"), numeric=True, tooltip="median over the paired rounds"),
+    Column(
+        "speedup_text",
+        "Speedup [95%]",
+        tooltip="median of original/fused per round, with its 95% interval",
+        numeric=True,
+    ),
+    Column("share", "Share", _num("{:.1%}"), numeric=True, tooltip="share of the original end-to-end time"),
     Column("note", "Note"),
 )
 
 
-def check_rows(data: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """Table rows (one per fused module) and the end-to-end row, from ``CheckResult.to_dict()``."""
+def _row(name: str, classes: str, verified_by: str, comp: Any, timing: Any, passed: bool, note: str) -> dict:
+    return {
+        "result": "pass" if passed else "FAIL",
+        "passed": passed,
+        "module": name,
+        "classes": classes,
+        "verified_by": verified_by,
+        "max_abs_diff": comp.max_abs_diff if comp is not None else None,
+        "max_rel_diff": comp.max_rel_diff if comp is not None else None,
+        "limit": comp.limit if comp is not None else None,
+        "original_ms": timing.original_ms if timing is not None else None,
+        "fused_ms": timing.fused_ms if timing is not None else None,
+        "speedup": timing.speedup if timing is not None else None,
+        "low": timing.speedup_low if timing is not None else None,
+        "high": timing.speedup_high if timing is not None else None,
+        "verdict": timing.verdict if timing is not None else "",
+        "speedup_text": timing.interval_text() if timing is not None else "",
+        "note": note,
+    }
 
-    def row(module: str, classes: str, comp: dict | None, timing: dict | None, passed: bool, note: str) -> dict:
-        comp, timing = comp or {}, timing or {}
-        tol = None
-        if "atol" in comp:
-            tol = comp["atol"] + comp.get("rtol", 0.0) * comp.get("max_original", 0.0)
-        return {
-            "result": "pass" if passed else "FAIL",
-            "passed": passed,
-            "module": module,
-            "classes": classes,
-            "max_abs_diff": comp.get("max_abs_diff"),
-            "max_rel_diff": comp.get("max_rel_diff"),
-            "tolerance": tol,
-            "original_ms": timing.get("original_ms"),
-            "fused_ms": timing.get("fused_ms"),
-            "speedup": timing.get("speedup"),
-            "note": note,
-        }
 
-    rows = [
-        row(
-            m["module"],
-            f"{m['original_class']} → {m['fused_class']}",
-            m.get("comparison"),
-            m.get("timing"),
-            bool(m.get("passed")),
-            m.get("error") or (m.get("comparison") or {}).get("note", ""),
-        )
-        for m in data.get("modules", [])
-    ]
-    e2e = data.get("end_to_end")
+def check_rows(result: CheckResult) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Table rows (one per fused module) and the end-to-end row, from the typed :class:`CheckResult`."""
+    rows = []
+    for m in result.modules:
+        note = m.error or (m.comparison.note if m.comparison else "")
+        row = _row(m.path, f"{m.original_class} → {m.fused_class}", m.verified_by or "not verified", m.comparison,
+                   m.timing, m.passed, note)  # fmt: skip
+        row["share"] = m.share_of_end_to_end
+        rows.append(row)
+    e = result.end_to_end
     end = None
-    if e2e:
-        end = row(
-            "end to end",
-            f"{_entry(e2e)} · {e2e.get('output', '')}",
-            e2e.get("comparison"),
-            e2e.get("timing"),
-            bool(e2e.get("passed")),
-            "",  # its notes go to the end-to-end line, where there is room for them
-        )
+    if e is not None and e.ran:
+        end = _row("end to end", f"{_entry(e.entry)} · {e.output}", f"{e.input_kind} inputs", e.comparison, e.timing,
+                   e.passed, "")  # fmt: skip
+        end["share"] = 1.0
     return rows, end
 
 
@@ -117,21 +122,23 @@ def _style_row(row: dict[str, Any], column: int, role: int) -> Any:
 
 
 class ChecksPanel(QWidget):
-    """Run checks with a dtype; see per-module and end-to-end results, upstream parity, a chart."""
+    """Run checks with a dtype and a workload; per-module and end-to-end results, per-family
+    verdicts, "exact" kept apart from "faster", upstream parity per family, a chart."""
 
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
-        self.result: Any = None
+        self.result: CheckResult | None = None
         self.dtype_box = QComboBox()
         self.dtype_box.addItems(DTYPES)
-        self.repeats = QSpinBox(minimum=1, maximum=200, value=10)
-        self.repeats.setToolTip("timed runs per side; medians are reported")
+        self.repeats = QSpinBox(minimum=1, maximum=200, value=5)
+        self.repeats.setToolTip("paired rounds always run per timing; more follow until the 95% interval is tight")
         self.upstream_box = QCheckBox("Compare with upstream")
         self.upstream_box.setChecked(True)
         self.upstream_box.setToolTip(
-            "also load through transformers' own fusion_config (in a separate process) and report the differences"
+            "also load through transformers' own fusion_config (in a separate, isolated process), per family"
         )
+        self.workload = WorkloadControls()
         self.run_button = QPushButton("Run checks")
         self.run_button.setToolTip("Fused load + per-module and end-to-end checks (Ctrl+R)")
         self.cancel_button = QPushButton("Cancel")
@@ -143,14 +150,15 @@ class ChecksPanel(QWidget):
         self.progress.setFormat("")
         self.progress.setValue(0)
         self.banner = QLabel("Run the checks to compare the fused model with the original.")
-        self.banner.setWordWrap(True)
-        self.banner.setProperty("role", "info")
+        self.speed_banner = QLabel()
+        self.verdicts_label = QLabel()
         self.end_label = QLabel()
-        self.end_label.setWordWrap(True)
         self.upstream_label = QLabel()
-        self.upstream_label.setWordWrap(True)
-        self.upstream_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        for w in (self.end_label, self.upstream_label):
+        for w in (self.banner, self.speed_banner, self.verdicts_label, self.end_label, self.upstream_label):
+            w.setWordWrap(True)
+            w.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.banner.setProperty("role", "info")
+        for w in (self.speed_banner, self.verdicts_label, self.end_label, self.upstream_label):
             w.hide()
 
         self.model = RowsTableModel(COLUMNS, _style_row, self)
@@ -158,6 +166,7 @@ class ChecksPanel(QWidget):
         self.table.setModel(self.model)
         self.table.verticalHeader().hide()
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setAlternatingRowColors(True)
         self.table.setTextElideMode(Qt.TextElideMode.ElideLeft)
         self.table.setWordWrap(False)
@@ -184,10 +193,10 @@ class ChecksPanel(QWidget):
         run_row.addWidget(self.save_button)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
+        layout.addWidget(self.workload)
         layout.addLayout(run_row)
-        layout.addWidget(self.banner)
-        layout.addWidget(self.end_label)
-        layout.addWidget(self.upstream_label)
+        for w in (self.banner, self.speed_banner, self.verdicts_label, self.end_label, self.upstream_label):
+            layout.addWidget(w)
         layout.addWidget(splitter, 1)
 
         self.run_button.clicked.connect(self.run)
@@ -195,6 +204,7 @@ class ChecksPanel(QWidget):
         state.plan_changed.connect(lambda _p: self._update_buttons())
         self.cancel_button.clicked.connect(state.cancel_job)
         self.save_button.clicked.connect(self.save_json_dialog)
+        self.table.selectionModel().currentRowChanged.connect(self._on_row_changed)
         state.checks_finished.connect(self._on_checks_finished)
         state.checks_cleared.connect(self._on_checks_cleared)
         state.job_started.connect(self._on_job_started)
@@ -206,11 +216,13 @@ class ChecksPanel(QWidget):
 
     # actions ---------------------------------------------------------------------------
     def run(self) -> None:
+        options = self.workload.options()
         job = self.state.run_checks(
-            self.dtype_box.currentText(), self.repeats.value(), upstream=self.upstream_box.isChecked()
+            self.dtype_box.currentText(), self.repeats.value(), upstream=self.upstream_box.isChecked(), **options
         )
         if job is not None:
-            self._set_banner("info", f"Checking with {self.dtype_box.currentText()}…")
+            self._set_role(self.banner, "info", f"Checking with {self.dtype_box.currentText()} on {options['device']}…")
+            self.speed_banner.hide()
 
     def save_json(self, path: str | Path) -> Path:
         """Write the last result as JSON (the core's ``to_dict``)."""
@@ -240,6 +252,16 @@ class ChecksPanel(QWidget):
         row = self.model.rows[index.row()] if 0 <= index.row() < len(self.model.rows) else {}
         if row.get("module") and row.get("module") != "end to end":
             self.state.reveal(row["module"])
+
+    def _on_row_changed(self, current: Any, _previous: Any) -> None:
+        """Selecting a module's row selects that module (in the tree and the details)."""
+        rows = self.model.rows
+        if not current.isValid() or current.row() >= len(rows):
+            return
+        path = rows[current.row()]["module"]
+        if self.result is not None and any(m.path == path for m in self.result.modules):
+            self.state.reveal(path)
+            self.state.select_module(path)
 
     # state -> view ---------------------------------------------------------------------
     def _update_buttons(self) -> None:
@@ -274,44 +296,83 @@ class ChecksPanel(QWidget):
             self.progress.setValue(1 if outcome == "ok" else 0)
             self.progress.setFormat({"ok": "done", "cancelled": "cancelled"}.get(outcome, "failed"))
             if outcome == "cancelled":
-                self._set_banner("warn", "Checks cancelled.")
+                self._set_role(self.banner, "warn", "Checks cancelled.")
             elif outcome == "failed":
-                self._set_banner("error", "The checks could not run (see the message and the Log tab).")
+                self._set_role(self.banner, "error", "The checks could not run (see the message and the Log tab).")
         self._update_buttons()
 
     def _on_checks_cleared(self) -> None:
         self.result = None
         self.model.set_rows([])
         self.chart.set_rows([])
-        self.end_label.hide()
-        self.upstream_label.hide()
-        self._set_banner("info", "Run the checks to compare the fused model with the original.")
+        for w in (self.speed_banner, self.verdicts_label, self.end_label, self.upstream_label):
+            w.hide()
+        self._set_role(self.banner, "info", "Run the checks to compare the fused model with the original.")
         self._update_buttons()
 
-    def _on_checks_finished(self, result: Any) -> None:
+    def _on_checks_finished(self, result: CheckResult) -> None:
         self.result = result
-        data = result.to_dict()
-        rows, end = check_rows(data)
-        self.model.set_rows(rows + ([end] if end else []))
-        self._fit(rows + ([end] if end else []))
+        rows, end = check_rows(result)
+        all_rows = rows + ([end] if end else [])
+        self.model.set_rows(all_rows)
+        self._fit(all_rows)
         self.chart.set_rows(rows, end)
-        failed = [r["module"] for r in rows + ([end] if end else []) if not r["passed"]]
-        tol = data.get("tolerance", {})
-        rule = f"tolerance for {data.get('dtype')}: atol {tol.get('atol')}, rtol {tol.get('rtol')}"
-        if data.get("nothing_to_fuse"):
-            self._set_banner("info", html.escape(" ".join(data.get("messages", [])) or "Nothing to fuse."))
+        tol = result.tolerance
+        rule = f"limit for {result.dtype}: atol {tol.get('atol')} + rtol {tol.get('rtol')} × max |original|"
+        if result.nothing_to_fuse:
+            self._set_role(self.banner, "info", html.escape(" ".join(result.messages) or "Nothing to fuse."))
         elif result.passed:
-            self._set_banner(
-                "ok", f"<b>All {len(rows)} module check(s) and the end-to-end check pass</b> ({html.escape(rule)})."
+            how = Counter(m.verified_by for m in result.modules)
+            ways = ", ".join(f"{n} on {k}" for k, n in how.items())
+            self._set_role(
+                self.banner,
+                "ok",
+                f"<b>Exact: all {len(rows)} fused module(s) verified</b> ({ways}; {html.escape(rule)}).",
             )
         else:
-            self._set_banner(
+            failed = [r["module"] for r in all_rows if not r["passed"]]
+            self._set_role(
+                self.banner,
                 "error",
-                f"<b>{len(failed)} check(s) FAIL</b>: {html.escape(', '.join(failed))} ({html.escape(rule)}).",
+                f"<b>NOT exact or not verified</b>: {html.escape(', '.join(failed))} ({html.escape(rule)}).",
             )
-        self._show_end_to_end(end, data.get("end_to_end"))
-        self._show_upstream(data.get("upstream"))
+        self._show_speed(result)
+        self._show_verdicts(result)
+        self._show_end_to_end(result)
+        self._show_upstream(result)
         self._update_buttons()
+
+    def _show_speed(self, result: CheckResult) -> None:
+        """The speed banner, apart from the exactness one: faster, slower or no difference."""
+        e = result.end_to_end
+        if result.nothing_to_fuse or e is None:
+            self.speed_banner.hide()
+            return
+        if not e.ran:
+            text, role = f"<b>Speed end to end: {html.escape(e.skipped)}</b>", "info"
+        else:
+            verdict = e.timing.verdict
+            words = {"faster": "faster", "slower": "SLOWER", "same": "no measurable difference"}[verdict]
+            role = {"faster": "ok", "slower": "warn", "same": "info"}[verdict]
+            text = f"<b>Speed end to end: {words}</b> — {e.timing.interval_text()} (95% interval)"
+            if e.projected_speedup is not None:
+                text += f"; projected from the fused modules' shares: {e.projected_speedup:.2f}×"
+        for warning in result.warnings:
+            text += f"<br>⚠ {html.escape(warning)}"
+            role = "warn" if role != "error" else role
+        self._set_role(self.speed_banner, role, text)
+        self.speed_banner.show()
+
+    def _show_verdicts(self, result: CheckResult) -> None:
+        if not result.family_verdicts:
+            self.verdicts_label.hide()
+            return
+        lines = []
+        for v in result.family_verdicts:
+            colour = style.PASS if v.exact else style.FAIL
+            lines.append(f"<span style='color:{colour}'>●</span> {html.escape(v.line)}")
+        self.verdicts_label.setText("<br>".join(lines))
+        self.verdicts_label.show()
 
     def _fit(self, rows: list[dict[str, Any]]) -> None:
         """Numbers at full width; module and class names share the rest (elided in the middle)."""
@@ -331,50 +392,49 @@ class ChecksPanel(QWidget):
         if self.model.rows:
             self._fit(self.model.rows)
 
-    def _show_end_to_end(self, end: dict[str, Any] | None, raw: dict[str, Any] | None) -> None:
-        if not end or not raw:
-            self.end_label.hide()
+    def _show_end_to_end(self, result: CheckResult) -> None:
+        e = result.end_to_end
+        if e is None or not e.ran:
+            self.end_label.setText(f"<b>End to end</b>: {html.escape(e.skipped)}" if e is not None else "")
+            self.end_label.setVisible(e is not None and not result.nothing_to_fuse)
             return
-        colour = style.PASS if end["passed"] else style.FAIL
-        verdict = "pass" if end["passed"] else "FAIL"
+        colour = style.PASS if e.passed else style.FAIL
+        c, t = e.comparison, e.timing
         self.end_label.setText(
-            f"<b>End to end</b> ({html.escape(str(raw.get('output')))} of {html.escape(_entry(raw))}, "
-            f"{html.escape(str(raw.get('input_kind')))} inputs): max abs diff {_num('{:.2e}')(end['max_abs_diff'])}, "
-            f"rel {_num('{:.2e}')(end['max_rel_diff'])} — <b style='color:{colour}'>{verdict}</b>; "
-            f"original {_num('{:.2f}')(end['original_ms'])} ms, fused {_num('{:.2f}')(end['fused_ms'])} ms "
-            f"(<b>{_num('{:.2f}×')(end['speedup'])}</b>)"
-            + "".join(f"<br><span style='color:#5f6368'>{html.escape(n)}</span>" for n in raw.get("notes", []))
+            f"<b>End to end</b> ({html.escape(e.output)} of {html.escape(_entry(e.entry))}, "
+            f"{html.escape(e.input_kind)} inputs): max abs diff {c.max_abs_diff:.2e} (limit {c.limit:.1e}) — "
+            f"<b style='color:{colour}'>{'pass' if e.passed else 'FAIL'}</b>; original {t.original_ms:.2f} ms, "
+            f"fused {t.fused_ms:.2f} ms"
+            + "".join(f"<br><span style='color:#5f6368'>{html.escape(n)}</span>" for n in e.notes)
         )
         self.end_label.show()
 
-    def _show_upstream(self, upstream: dict[str, Any] | None) -> None:
-        if not upstream:
+    def _show_upstream(self, result: CheckResult) -> None:
+        up = result.upstream
+        if up is None:
             self.upstream_label.hide()
             return
-        text = upstream_text(upstream)
-        matches = upstream.get("matches_ours")
-        verdict = "" if matches is None else (" — matches ours" if matches else " — differs from ours")
-        self.upstream_label.setText(f"<b>transformers' own fusion (upstream){verdict}:</b> {html.escape(text)}")
-        self.upstream_label.setProperty("role", "ok" if matches else "warn")
-        self.upstream_label.style().unpolish(self.upstream_label)
-        self.upstream_label.style().polish(self.upstream_label)
+        differs = any(f.status == "differs" for f in up.families) or (not up.families and not up.matches_ours)
+        verdict = " — differs from ours" if differs else (" — matches ours" if up.matches_ours else "")
+        # one line per family; the full finding is in the tooltip (the table and chart need the room)
+        families = "; ".join(f"{html.escape(f.name)}: <b>{html.escape(f.status)}</b>" for f in up.families)
+        self.upstream_label.setText(
+            f"<b>transformers' own fusion (upstream){verdict}:</b> {families or html.escape(up.summary)}"
+        )
+        self.upstream_label.setToolTip(
+            up.summary
+            + "".join(f"\n{f.name}: {f.status}" + (f" ({f.detail})" if f.detail else "") for f in up.families)
+        )
+        self._set_role(self.upstream_label, "warn" if differs else "ok" if up.matches_ours else "info", None)
         self.upstream_label.show()
 
-    def _set_banner(self, role: str, text: str) -> None:
-        self.banner.setProperty("role", role)
-        self.banner.style().unpolish(self.banner)
-        self.banner.style().polish(self.banner)
-        self.banner.setText(text)
+    def _set_role(self, label: QLabel, role: str, text: str | None) -> None:
+        label.setProperty("role", role)
+        label.style().unpolish(label)
+        label.style().polish(label)
+        if text is not None:
+            label.setText(text)
 
 
-def _entry(raw: dict[str, Any]) -> str:
-    entry = str(raw.get("entry") or "")
+def _entry(entry: str) -> str:
     return "the whole model" if entry in ("", "(model)") else entry
-
-
-def upstream_text(upstream: dict[str, Any]) -> str:
-    """One readable line from the upstream parity report."""
-    for key in ("finding", "summary", "message", "verdict"):
-        if isinstance(upstream.get(key), str) and upstream[key]:
-            return upstream[key]
-    return "; ".join(f"{k}: {v}" for k, v in upstream.items() if isinstance(v, (str, int, float, bool)))

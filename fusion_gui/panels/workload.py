@@ -1,0 +1,82 @@
+"""The Checks tab's workload controls: device, threads and the sizes a check runs at."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QLabel, QLineEdit, QSpinBox, QWidget
+
+
+class WorkloadControls(QWidget):
+    """Device, threads and the sizes a check runs at; 0 means "the model's own"."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.device = QComboBox()
+        self.device.addItems(available_devices())
+        self.threads = _spin(0, 256, 0, "CPU threads for torch (0: torch's default)", "default")
+        self.image_size = _spin(0, 8192, 0, "image side in pixels (0: the processor's or config's size)", "model's")
+        self.frames = _spin(0, 1024, 0, "video frames (0: the model's)", "model's")
+        self.seq_len = _spin(0, 65536, 0, "text tokens (0: 128)", "default")
+        self.batch = _spin(1, 256, 1, "rows per run", "")
+        self.modules_only = QCheckBox("Modules only")
+        self.modules_only.setToolTip(
+            "check only the fused modules, read alone from the checkpoint: bounded memory, no end-to-end run"
+        )
+        self.image = QLineEdit()
+        self.image.setPlaceholderText("image file (optional)")
+        self.image.setToolTip("real inputs: the image goes through the checkpoint's own processor files")
+        self.prompt = QLineEdit()
+        self.prompt.setPlaceholderText("prompt (optional)")
+        self.prompt.setToolTip("real inputs: the text goes through the checkpoint's own tokenizer files")
+        # label/control pairs, three to a row, in a grid that stays narrow (the window's
+        # minimum width is the widest tab's)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        pairs = (
+            ("device:", self.device), ("threads:", self.threads), ("batch:", self.batch),
+            ("image px:", self.image_size), ("frames:", self.frames), ("seq len:", self.seq_len),
+        )  # fmt: skip
+        for i, (label, widget) in enumerate(pairs):
+            grid.addWidget(QLabel(label), i // 3, 2 * (i % 3))
+            grid.addWidget(widget, i // 3, 2 * (i % 3) + 1)
+        grid.setColumnStretch(6, 1)
+        for widget in (self.image, self.prompt):
+            widget.setMinimumWidth(80)
+        grid.addWidget(self.image, 2, 0, 1, 3)
+        grid.addWidget(self.prompt, 2, 3, 1, 3)
+        grid.addWidget(self.modules_only, 3, 0, 1, 6)
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of ``iter_check`` these controls stand for."""
+        return {
+            "device": self.device.currentText(),
+            "threads": self.threads.value() or None,
+            "image_size": self.image_size.value() or None,
+            "frames": self.frames.value() or None,
+            "seq_len": self.seq_len.value() or None,
+            "batch": self.batch.value(),
+            "modules_only": self.modules_only.isChecked(),
+            "image": self.image.text().strip() or None,
+            "prompt": self.prompt.text() or None,
+        }
+
+
+def _spin(lo: int, hi: int, value: int, tip: str, special: str) -> QSpinBox:
+    box = QSpinBox(minimum=lo, maximum=hi, value=value)
+    box.setToolTip(tip)
+    if special:
+        box.setSpecialValueText(special)
+    return box
+
+
+def available_devices() -> list[str]:
+    """cpu, plus cuda / mps where this machine has them."""
+    import torch
+
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices += ["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        devices.append("mps")
+    return devices

@@ -1,0 +1,185 @@
+"""Checks and the process around them: transformers' fusion already ran (polluted process),
+--modules-only in bounded memory, timings with intervals, and an upstream worker that never
+imports code from the working directory or the model folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fusion_core import check
+from fusion_core.run.results import Timing
+from fusion_core.run.timing import measure, ratio_interval
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _python(code: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRANSFORMERS_VERBOSITY": "error"}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or ROOT,
+    )  # fmt: skip
+
+
+def test_polluted_process_checks_the_real_original(qwen2_vl_dir: Path) -> None:
+    """transformers' own fusion ran first in the same (fresh) process: the check still finds
+    the module, its original is the Conv3d original, and the note names transformers' fusion."""
+    proc = _python(
+        f"""
+        import json
+        from transformers import Qwen2VLForConditionalGeneration
+        from fusion_core import check, load
+        from fusion_core.run.loading import load_plain
+        d = {str(qwen2_vl_dir)!r}
+        up = Qwen2VLForConditionalGeneration.from_pretrained(d, fusion_config={{"patch_embeddings": True}})
+        r = check(d, {{"patch_embeddings": True}}, repeats=1, time_budget=0, upstream=False)
+        plain = load_plain(d).model.visual.patch_embed
+        fused = load(d, {{"patch_embeddings": True}}).model.model.visual.patch_embed
+        print("RESULT", json.dumps(dict(
+            upstream=type(up.model.visual.patch_embed).__name__, passed=r.passed, nothing=r.nothing_to_fuse,
+            modules=[(m.path, m.original_class, m.verified_by) for m in r.modules], note=r.messages[0],
+            plain=[type(c).__name__ for c in plain.children()], fused=[type(c).__name__ for c in fused.children()],
+            still=type(Qwen2VLForConditionalGeneration.from_pretrained(d).model.visual.patch_embed).__name__)))
+        """
+    )
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    data = json.loads(line[7:])
+    assert data["upstream"] == "FusedPatchEmbed"  # the pollution really happened
+    assert data["passed"] and not data["nothing"]
+    assert data["modules"] == [["model.visual.patch_embed", "PatchEmbed", "end-to-end inputs"]]
+    assert "transformers' own fusion" in data["note"] and "PatchEmbed" in data["note"]
+    assert data["plain"] == ["Conv3d"]  # never a fused "original"
+    assert data["fused"] == ["PatchLinear"]  # ours
+    assert data["still"] == "FusedPatchEmbed"  # transformers' own state is put back as it was
+
+
+def test_modules_only(qwen2_vl_dir: Path) -> None:
+    result = check(qwen2_vl_dir, {"patch_embeddings": True, "gate_up": True}, modules_only=True,
+                   repeats=2, time_budget=0.05, upstream=False)  # fmt: skip
+    assert result.passed and result.modules_only and len(result.modules) == 3
+    assert all(m.verified_by == "module sample inputs" for m in result.modules)
+    assert result.end_to_end.skipped == "not run: --modules-only" and result.end_to_end.passed
+    assert result.to_dict()["end_to_end"]["ran"] is False
+
+
+def test_modules_only_memory_is_bounded_by_the_modules(tmp_path: Path) -> None:
+    """A Qwen2-VL whose language model holds ~200 MB: checking its 1.2 MB patch embedding alone
+    grows the process by far less than the checkpoint (whole-model checks load it twice)."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    config = Qwen2VLConfig(
+        text_config=dict(hidden_size=512, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+                         num_hidden_layers=1, vocab_size=50000, tie_word_embeddings=False,
+                         rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}),
+        vision_config=dict(depth=1, embed_dim=32, hidden_size=512, num_heads=4, mlp_ratio=1, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2),
+        image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
+    )  # fmt: skip
+    Qwen2VLForConditionalGeneration(config).save_pretrained(tmp_path / "big")
+    size = sum(f.stat().st_size for f in (tmp_path / "big").glob("*.safetensors"))
+    assert size > 190 * 2**20
+    proc = _python(
+        f"""
+        import json
+        import torch, transformers
+        import transformers.models.qwen2_vl.modeling_qwen2_vl  # ~100 MB of code, whatever the checkpoint
+        from fusion_core import check
+        from fusion_core.run.checks import iter_check  # everything imported before the baseline
+        def rss():
+            return int(open("/proc/self/statm").read().split()[1]) * 4096
+        base = rss()
+        r = check({str(tmp_path / "big")!r}, {{"patch_embeddings": True}}, modules_only=True,
+                  repeats=1, time_budget=0, upstream=False)
+        # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking (pytest) process
+        status = open("/proc/self/status").read().split("VmHWM:")[1].split()
+        peak = int(status[0]) * 1024
+        print("RESULT", json.dumps(dict(passed=r.passed, growth=peak - base, n=len(r.modules), base=base, now=rss())))
+        """
+    )
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), proc.stderr[-2000:]
+    data = json.loads(line[0][7:])
+    assert data["passed"] and data["n"] == 1
+    assert data["growth"] < size / 4, (data, size / 2**20)
+
+
+def test_timing_interval_and_verdict() -> None:
+    import torch
+
+    a = torch.randn(192, 192)
+
+    def slow():
+        for _ in range(4):
+            a @ a
+
+    t = measure(slow, lambda: a @ a, min_rounds=5, budget_s=0.5, target=0.05)
+    assert t.speedup_low <= t.speedup <= t.speedup_high and t.repeats >= 5
+    assert t.speedup_low > 1.5 and t.verdict == "faster"
+    assert Timing(1.0, 1.0, 5, 1.1, 0.95, 1.3).verdict == "same"
+    assert Timing(1.0, 1.0, 5, 0.8, 0.7, 0.9).verdict == "slower"
+    assert Timing(1.0, 1.0, 5, 1.2, 1.01, 1.3).verdict == "faster"
+    center, low, high = ratio_interval([1.0, 1.1, 0.9, 1.05, 0.95, 1.02, 0.98])
+    assert low < 1.0 < high and center == pytest.approx(1.0)
+    assert ratio_interval([2.0] * 10) == pytest.approx((2.0, 2.0, 2.0))
+    assert ratio_interval([0.5, 0.6]) == pytest.approx((0.5477, 0.5, 1.0), abs=1e-3)  # too few: holds 1.0
+
+
+def _plant(folder: Path, marker_dir: Path) -> list[Path]:
+    markers = []
+    for name in ("json", "hashlib", "dataclasses"):
+        marker = marker_dir / f"{name}.ran"
+        (folder / f"{name}.py").write_text(f"open({str(marker)!r}, 'w').write('x')\nraise ImportError('planted')\n")
+        markers.append(marker)
+    return markers
+
+
+@pytest.mark.slow
+def test_upstream_worker_never_imports_from_the_folder(qwen2_vl_dir: Path, tmp_path: Path) -> None:
+    """issue 13: json.py, hashlib.py and dataclasses.py planted in the model folder, the check
+    run from inside it (CLI as a subprocess; the GUI's operation in this process): none runs."""
+    folder = tmp_path / "model"
+    shutil.copytree(qwen2_vl_dir, folder)
+    markers = _plant(folder, tmp_path)
+    cli = shutil.which("fusion-core", path=str(Path(sys.executable).parent))
+    proc = subprocess.run(
+        [cli, "check", ".", "--fusion", "patch_embeddings", "--repeats", "1", "--time-budget", "0", "--json"],
+        capture_output=True, text=True, timeout=600, cwd=folder, env={**os.environ, "PYTHONPATH": ""},
+    )  # fmt: skip
+    data = json.loads(proc.stdout)
+    assert data["passed"] and data["upstream"]["ran"], proc.stderr[-1000:]
+    assert [f["status"] for f in data["upstream"]["families"]] == ["differs"]  # the Qwen2-VL defect, measured
+    assert not [m for m in markers if m.exists()]
+
+    from fusion_core.plan.fusion_plan import as_plan
+    from fusion_core.progress import drive
+    from fusion_gui import operations
+
+    plan = as_plan(str(folder), {"patch_embeddings": True})
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        result = drive(operations.run_checks(plan, dtype="float32", repeats=1, upstream=True, time_budget=0)())
+    finally:
+        os.chdir(old)
+    assert result.passed and result.upstream.ran and not result.upstream.error
+    assert not [m for m in markers if m.exists()]
+
+
+def test_model_larger_than_memory_checks_modules_alone(qwen2_vl_dir: Path, monkeypatch) -> None:
+    """When both models would not fit, end to end is skipped with the sizes and the fused
+    modules are still verified alone (the available memory is made tiny for the test)."""
+    from fusion_core.run import modules
+
+    monkeypatch.setattr(modules, "available_bytes", lambda: 2**20)
+    result = check(qwen2_vl_dir, {"patch_embeddings": True}, repeats=1, time_budget=0, upstream=False)
+    assert result.passed and result.modules_only
+    assert result.modules[0].verified_by == "module sample inputs"
+    skipped = result.end_to_end.skipped
+    assert skipped.startswith("not run: needs ") and skipped.endswith(", 1 MiB available")

@@ -1,0 +1,79 @@
+"""The Checks tab: workload controls reach the check, per-family verdicts, "exact" apart from
+"faster", whiskers on the chart, how each row was verified, and rows that select modules."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+
+import _check_models as models
+
+JOB_TIMEOUT_MS = 180_000
+PATCH = "model.visual.patch_embed"
+
+
+def _run(qtbot, window):
+    panel = window.checks
+    with qtbot.waitSignal(window.state.checks_finished, timeout=JOB_TIMEOUT_MS) as sig:
+        panel.run_button.click()
+    qtbot.waitUntil(lambda: not window.state.busy, timeout=10_000)
+    return sig.args[0]
+
+
+def test_workload_controls_and_verdicts(qtbot, window, open_model, only_fusions, qwen2_vl_dir):
+    open_model(window, str(qwen2_vl_dir))
+    only_fusions(window, "patch_embeddings", "gate_up")
+    panel = window.checks
+    panel.upstream_box.setChecked(False)
+    panel.repeats.setValue(2)
+    w = panel.workload
+    assert w.device.itemText(0) == "cpu" and w.image_size.value() == 0  # 0: the model's own size
+    w.image_size.setValue(56)
+    w.batch.setValue(2)
+    w.seq_len.setValue(10)
+    w.threads.setValue(1)
+    result = _run(qtbot, window)
+    assert result.workload["image_size"] == 56 and result.workload["batch"] == 2 and result.workload["threads"] == 1
+    patch = next(m for m in result.modules if m.path == PATCH)
+    assert patch.input_shapes == [[2 * 4 * 4, 1176]]
+    rows = panel.model.rows
+    assert [r["module"] for r in rows] == [m.path for m in result.modules] + ["end to end"]
+    assert all(r["verified_by"] == "end-to-end inputs" for r in rows[:-1])
+    assert rows[0]["speedup_text"] == patch.timing.interval_text()  # the ratio with its interval
+    # one whisker per row (modules and end to end), spanning the interval
+    assert len(panel.chart.whiskers) == len(rows)
+    ys = [p.y() for p in panel.chart.whiskers[0].points()]
+    assert min(ys) == rows[0]["low"] and max(ys) == rows[0]["high"]
+    # "exact" and "faster" are two banners; one verdict line per family
+    assert panel.banner.text().startswith("<b>Exact") and panel.banner.property("role") == "ok"
+    assert panel.speed_banner.isVisible() and "Speed end to end" in panel.speed_banner.text()
+    assert result.end_to_end.timing.interval_text() in panel.speed_banner.text()
+    lines = panel.verdicts_label.text()
+    assert "patch_embeddings: exact; module " in lines and "gate_up: exact; module " in lines
+    # selecting a row selects its module
+    with qtbot.waitSignal(window.state.reveal_requested) as revealed:
+        panel.table.selectRow(1)
+    assert revealed.args == [rows[1]["module"]] and window.state.selected_path == rows[1]["module"]
+
+
+def test_modules_only_and_sample_inputs_rows(qtbot, window, open_model, only_fusions, tmp_path):
+    """LLaVA: the CLIP tower's rows say they were verified on module sample inputs; with
+    "Modules only" end to end reads "not run" and the speed banner says so."""
+    folder = models.llava(tmp_path / "llava")
+    open_model(window, str(folder))
+    only_fusions(window, "patch_embeddings_2d")
+    panel = window.checks
+    panel.upstream_box.setChecked(False)
+    panel.repeats.setValue(2)
+    result = _run(qtbot, window)
+    assert result.passed
+    assert panel.model.rows[0]["verified_by"] == "module sample inputs"
+    assert "1 on module sample inputs" in panel.banner.text()
+    panel.workload.modules_only.setChecked(True)
+    result = _run(qtbot, window)
+    assert result.passed and result.modules_only
+    assert [r["module"] for r in panel.model.rows] == ["model.vision_tower.embeddings"]
+    assert "not run: --modules-only" in panel.speed_banner.text()
+    assert "not run: --modules-only" in panel.end_label.text()
