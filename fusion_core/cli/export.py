@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from .output import print_json, run_with_progress, table
@@ -21,7 +22,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("model", help="a model folder (or demo:<name>, or a cached hub id) with safetensors weights")
     p.add_argument("out", help="the folder to create")
-    p.add_argument("--fusion", action="append", default=[], metavar="NAME", help="family to apply (repeatable)")
+    p.add_argument(
+        "--fusion",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="family to apply (repeatable, in order); default: the checkpoint's own fusion_config. A fused "
+        "checkpoint keeps its families (they come first) and gains these",
+    )
     p.add_argument(
         "--layout",
         choices=("fused", "original"),
@@ -42,6 +50,13 @@ def register(sub: Any) -> None:
         help="skip loading the export back to compare outputs (for checkpoints too large to load here); "
         "keys, shapes and dtypes are still checked",
     )
+    p.add_argument(
+        "--on-wrong-load",
+        choices=("guard", "refuse"),
+        default="guard",
+        help="if stock transformers would load the fused export wrong: guard (default) writes the family names "
+        "as fusion_core:<name>, which transformers refuses loudly and fusion_core.load reads; refuse: no export",
+    )
     p.add_argument("--copy-as-is", action="store_true", help="export a model with nothing to fuse unchanged")
     p.add_argument("--json", action="store_true", help="machine-readable result")
     p.set_defaults(func=cmd_export)
@@ -50,19 +65,24 @@ def register(sub: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from ..errors import UsageError
     from ..export.pipeline import iter_export
+    from ..plan.fusion_plan import as_plan
 
-    if not args.fusion and not args.copy_as_is:
-        raise UsageError("export: give at least one --fusion NAME (see `fusion-core families`), or --copy-as-is")
+    plan = as_plan(args.model, {name: True for name in args.fusion} or None, trust_remote_code=args.trust_remote_code)
+    own = getattr(plan.source.config, "fusion_config", None)
+    if not args.fusion and not own and not args.copy_as_is:
+        raise UsageError(
+            "export: give at least one --fusion NAME (see `fusion-core families`), or --copy-as-is "
+            "(the checkpoint's config.json has no fusion_config to reuse)"
+        )
     gen = iter_export(
-        args.model,
+        plan,
         args.out,
-        {name: True for name in args.fusion},
         layout=args.layout,
         max_shard_size=args.max_shard_size,
         overwrite=args.overwrite,
         verify_outputs=not args.no_verify_outputs,
         allow_copy_as_is=args.copy_as_is,
-        trust_remote_code=args.trust_remote_code,
+        on_wrong_load=args.on_wrong_load,
     )
     result = run_with_progress(gen, desc="export", quiet=args.json)
     if args.json:
@@ -79,4 +99,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     for name, reason in result.skipped_files:
         print(f"not copied: {name}: {reason}")
     print(f"verified: {result.verification.summary()}")
+    for note in result.verification.notes:
+        print(f"note: {note}")
+    if result.written_fusion_config is not None:
+        print(f"config.json fusion_config: {json.dumps(result.written_fusion_config)}")
+    if result.consumers:
+        rows = [(c["name"], c["status"], c["how"], c["detail"]) for c in result.consumers]
+        print(table(rows, ["consumer", "status", "how", "detail"]))
     return 0

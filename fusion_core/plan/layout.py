@@ -22,8 +22,15 @@ def listed(keys: list[str]) -> str:
     return shown + (f" (and {len(keys) - _MAX_LISTED} more)" if len(keys) > _MAX_LISTED else "")
 
 
-def check_layout(plan: FusionPlan, source: ModelSource) -> None:
+def check_layout(plan: FusionPlan, source: ModelSource, *, allow_mixed: bool = False) -> None:
     """Refuse a checkpoint that is in neither layout, or in both at once.
+
+    Args:
+        plan: the plan, its transforms located in the checkpoint.
+        source: the model source (for the message).
+        allow_mixed: accept some families fused and others not (an export of a fused
+            checkpoint that gains a family, or is unfused); keys in neither layout are
+            still refused.
 
     Raises:
         LoadError: naming the keys expected in each layout.
@@ -37,6 +44,8 @@ def check_layout(plan: FusionPlan, source: ModelSource) -> None:
             f"{ct.family!r}{why}: expected {', '.join(ct.source_keys)} (original) or {', '.join(ct.target_keys)} (fused); "
             "is this checkpoint for this model class and config?"
         )
+    if plan.layout == "mixed" and allow_mixed and all(c.present != "missing" for c in plan.checkpoint_transforms):
+        return
     if plan.layout == "mixed":
         orig = [k for ct in plan.checkpoint_transforms if ct.present == "original" for k in ct.source_keys]
         fused = [k for ct in plan.checkpoint_transforms if ct.present == "fused" for k in ct.target_keys]
