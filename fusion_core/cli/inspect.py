@@ -19,7 +19,13 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("plan", help="show what the fusion families would change")
     p.add_argument("model")
-    p.add_argument("--fusion", action="append", default=[], metavar="NAME", help="family to enable (repeatable)")
+    p.add_argument(
+        "--fusion",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="family to enable (repeatable); default: the checkpoint's own fusion_config",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
@@ -95,13 +101,17 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``plan MODEL --fusion NAME ... [--json]``: matches, patch mapping, key transforms."""
+    """``plan MODEL [--fusion NAME ...] [--json]``: matches, patch mapping, key transforms.
+
+    Without ``--fusion``, the checkpoint's own ``fusion_config`` (a fused export's).
+    """
     from ..errors import UsageError
 
-    if not args.fusion:
-        raise UsageError("plan: give at least one --fusion NAME (see `fusion-core families`)")
     insp = _open(args)
-    plan = insp.plan({name: True for name in args.fusion})
+    own = getattr(insp.source.config, "fusion_config", None)  # a fused checkpoint names its own
+    if not args.fusion and not own:
+        raise UsageError("plan: give at least one --fusion NAME (see `fusion-core families`)")
+    plan = insp.plan({name: True for name in args.fusion} if args.fusion else own)
     if args.json:
         print_json(plan.to_dict())
         return 0

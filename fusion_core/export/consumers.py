@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import ExportError
 
-__all__ = ["LOADS_EXACTLY", "LOADS_WRONG", "REFUSES", "try_consumers"]
+__all__ = ["LOADS_EXACTLY", "LOADS_WRONG", "REFUSES", "predicted_consumers", "transformers_accepts", "try_consumers"]
 
 LOADS_EXACTLY = "loads exactly"
 REFUSES = "refuses to load"
@@ -88,6 +88,60 @@ def try_consumers(
             return list(json.loads(line[len(_MARK) :]))
     last = (done.stderr.strip().splitlines() or ["no output"])[-1]
     raise ExportError(f"trying the consumers of the export failed ({last}); nothing was written")
+
+
+def transformers_accepts(recorded: dict[str, Any]) -> bool:
+    """Whether the installed transformers accepts one of these family names (it would fuse on load).
+
+    Asks transformers' own validation of ``fusion_config`` (no table of ours).
+    """
+    try:
+        from transformers.fusion_mapping import _iter_enabled_fusions
+    except ImportError:  # another transformers: assume it may
+        return True
+    for name, opts in recorded.items():
+        try:
+            if _iter_enabled_fusions({name: opts}):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def predicted_consumers(plan: Any, layout: str, dest: str = "OUT") -> list[dict[str, Any]]:
+    """A dry run before writing: the consumers as far as the plan tells, without loading.
+
+    The transformers status is known only where transformers refuses the family names (or
+    for the original layout, which carries no ``fusion_config``); otherwise it is
+    ``"tried after writing"``: the export loads it, and guards or refuses what it loads wrong.
+    """
+    import transformers
+
+    import fusion_core
+
+    where = json.dumps(dest)
+    cls = plan.model_class
+    recorded = {f.name: f.options or True for f in plan.families if f.discovery.matches}
+    ours = {
+        "name": f"fusion_core {fusion_core.__version__}",
+        "status": LOADS_EXACTLY,
+        "how": f"fusion_core.load({where})",
+        "detail": "predicted; verified by loading after writing",
+    }
+    stock: dict[str, Any] = {
+        "name": f"transformers {transformers.__version__}",
+        "how": f"transformers.{cls}.from_pretrained({where})",
+    }
+    if layout == "original" or not recorded:
+        stock.update(status=LOADS_EXACTLY, detail="predicted: no fusion_config, a plain model")
+    elif not transformers_accepts(recorded):
+        stock.update(status=REFUSES, detail=f"predicted: it does not know the families {', '.join(recorded)}")
+    else:
+        stock.update(
+            status="tried after writing",
+            detail="it knows the family name; loaded after writing, guarded or refused if wrong",
+        )
+    return [ours, stock]
 
 
 def _status(want: Any, got: Any) -> tuple[str, float | None, str]:

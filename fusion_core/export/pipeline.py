@@ -27,7 +27,7 @@ from ..plan.fusion_plan import GUARD_PREFIX, as_plan, validate_fusion_config
 from ..plan.layout import check_layout, check_shapes, listed
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from . import files as fs
-from .consumers import LOADS_EXACTLY, LOADS_WRONG
+from .consumers import LOADS_EXACTLY, LOADS_WRONG, transformers_accepts
 from .writer import DEFAULT_MAX_SHARD_SIZE, OutTensor, iter_write, parse_size, plan_shards, write_text
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def iter_export(
         recorded = config.get("fusion_config") if layout == "fused" else None
     else:
         recorded = _matched_config(plan) if layout == "fused" else None
-    guarded = recorded is not None and not verify_outputs and _transformers_accepts(recorded)
+    guarded = recorded is not None and not verify_outputs and transformers_accepts(recorded)
     if guarded:
         recorded = _guard(recorded)
     config_text = fs.export_config(config, fusion_config=recorded)
@@ -369,21 +369,6 @@ def _matched_config(plan: FusionPlan) -> dict[str, Any]:
 
 def _guard(recorded: dict[str, Any]) -> dict[str, Any]:
     return {name if name.startswith(GUARD_PREFIX) else GUARD_PREFIX + name: opts for name, opts in recorded.items()}
-
-
-def _transformers_accepts(recorded: dict[str, Any]) -> bool:
-    """Whether the installed transformers accepts these family names (it would fuse on load)."""
-    try:
-        from transformers.fusion_mapping import _iter_enabled_fusions
-    except ImportError:  # another transformers: assume it may
-        return True
-    for name, opts in recorded.items():
-        try:
-            if _iter_enabled_fusions({name: opts}):
-                return True
-        except ValueError:
-            continue
-    return False
 
 
 def _consumers(folder: Path, written: Path, dest: Path, plan: FusionPlan, trust: bool) -> list[dict[str, Any]]:
