@@ -230,9 +230,15 @@ def iter_export(
         raise ExportError(f"{src.name}: nothing to fuse ({why}); pass --copy-as-is to export it unchanged")
     check_layout(plan, src, allow_mixed=True)
     check_shapes(insp, plan)
-    groups = _groups(plan, layout, src.folder)
+    legacy = plan.legacy_fused and layout == "fused"
+    groups = [] if plan.legacy_fused else _groups(plan, layout, src.folder)
     _check_dtypes(groups, ckpt)
-    outputs = _out_tensors(ckpt, groups)
+    if legacy:
+        yield Progress(0, 0, "loading through transformers' conversion (legacy fused checkpoint)")
+        outputs, producer = _legacy_tensors(plan)
+    else:
+        outputs = _out_tensors(ckpt, groups)
+        producer = _Producer(ckpt, groups)
     wplan = plan_shards(outputs, max_shard_size, total_parameters=_source_parameters(ckpt))
     config = _read_config(src.folder)
     if plan.is_empty:  # copied as is: config.json too, unless the original layout was asked for
@@ -251,7 +257,6 @@ def iter_export(
     total = wplan.total_size
     try:
         try:
-            producer = _Producer(ckpt, groups)
             yield from iter_write(wplan, tmp, src.folder, producer, sync=sync, total=total)
             write_text(tmp / fs.CONFIG_FILE, config_text, sync=sync)
             yield Progress(total, total, "copying other files")
@@ -343,6 +348,33 @@ def export(
         The errors of :func:`iter_export`.
     """
     return drive(iter_export(source, out_dir, fusion_config, **options), progress, cancel)
+
+
+def _legacy_tensors(plan: FusionPlan) -> tuple[list[OutTensor], Callable[[OutTensor], torch.Tensor]]:
+    """A legacy fused checkpoint, fused: loaded (transformers splits its projections), fused in place.
+
+    Not streamed: the model is in memory once, in the checkpoint's dtype; the written keys
+    are the fused model's own names.
+    """
+    from ..model.checkpoint import TORCH_TO_ST
+    from ..run.loading import load
+
+    ckpt = plan.source.checkpoint
+    assert ckpt is not None
+    first = next(iter(ckpt.tensors.values()))
+    dtype = next((k for k, v in TORCH_TO_ST.items() if v == first.dtype), "float32")
+    model = load(plan, dtype=dtype if dtype in ("float32", "float16", "bfloat16") else "float32").model
+    state: dict[str, Any] = {}
+    seen: set[int] = set()
+    for key, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:  # a tied weight is written once, as save_pretrained does
+            continue
+        seen.add(tensor.data_ptr())
+        state[key] = tensor.detach().contiguous()
+    outputs = [
+        OutTensor(key, TORCH_TO_ST[str(t.dtype).removeprefix("torch.")], tuple(t.shape)) for key, t in state.items()
+    ]
+    return outputs, lambda t: state[t.key]
 
 
 def _with_own_families(plan: FusionPlan) -> FusionPlan:

@@ -25,6 +25,9 @@ def listed(keys: list[str]) -> str:
 def check_layout(plan: FusionPlan, source: ModelSource, *, allow_mixed: bool = False) -> None:
     """Refuse a checkpoint that is in neither layout, or in both at once.
 
+    A legacy fused checkpoint (:attr:`FusionPlan.legacy_fused`: transformers computes the
+    original keys with its own conversion) passes: it loads plainly, then fuses in place.
+
     Args:
         plan: the plan, its transforms located in the checkpoint.
         source: the model source (for the message).
@@ -36,6 +39,8 @@ def check_layout(plan: FusionPlan, source: ModelSource, *, allow_mixed: bool = F
         LoadError: naming the keys expected in each layout.
     """
     where = str(source.folder)
+    if plan.legacy_fused:  # stored fused, split by transformers' own conversion: a plain load, then fusion
+        return
     if plan.layout == "missing":
         ct = next(c for c in plan.checkpoint_transforms if c.present == "missing")
         why = f" ({ct.note})" if ct.note else ""
