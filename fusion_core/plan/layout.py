@@ -41,6 +41,7 @@ def check_layout(plan: FusionPlan, source: ModelSource, *, allow_mixed: bool = F
     where = str(source.folder)
     if plan.legacy_fused:  # stored fused, split by transformers' own conversion: a plain load, then fusion
         return
+    _refuse_tied(plan, where)
     if plan.layout == "missing":
         ct = next(c for c in plan.checkpoint_transforms if c.present == "missing")
         why = f" ({ct.note})" if ct.note else ""
@@ -59,6 +60,30 @@ def check_layout(plan: FusionPlan, source: ModelSource, *, allow_mixed: bool = F
         if missing:
             detail += f"; in neither layout: {listed(missing)}"
         raise LoadError(f"{where}: the checkpoint mixes layouts ({detail}); re-export it in one layout")
+
+
+def _refuse_tied(plan: FusionPlan, where: str) -> None:
+    """Refuse fusing parameters tied across modules (Zamba2's shared attention), with that reason.
+
+    The checkpoint stores a tied tensor once, so the other module's keys are in neither
+    layout; fusing each module on its own would untie them.
+    """
+    if plan.inspection is None:
+        return
+    params = dict(plan.inspection.model.named_parameters(remove_duplicate=False))
+    owner: dict[int, str] = {}
+    for t in plan.transforms:
+        for key in t.sources:
+            p = params.get(key)
+            if p is None:
+                continue
+            first = owner.setdefault(id(p), key)
+            if first != key:
+                raise LoadError(
+                    f"{where}: {key} is tied to {first} (one tensor, stored once in the checkpoint): fusing "
+                    f"{t.family!r} would untie weights the model shares across layers; fusing tied weights is "
+                    "not supported, leave this family off for this model"
+                )
 
 
 def check_shapes(insp: Inspection, plan: FusionPlan) -> None:

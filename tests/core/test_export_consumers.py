@@ -41,6 +41,17 @@ def _build(name: str) -> tuple[Any, type]:
         return tf.CLIPConfig(text_config=_TEXT, vision_config=_VISION, projection_dim=16), tf.CLIPModel
     if name == "siglip":
         return tf.SiglipConfig(text_config=_TEXT, vision_config=_VISION), tf.SiglipModel
+    if name == "gte":
+        return tf.GteConfig(**_TEXT), tf.GteModel
+    if name == "nomic":
+        return tf.NomicBertConfig(**_TEXT), tf.NomicBertModel
+    if name == "zamba2":
+        return tf.Zamba2Config(
+            vocab_size=99, hidden_size=32, num_hidden_layers=4, layers_block_type=["mamba", "hybrid"] * 2,
+            num_attention_heads=2, num_key_value_heads=2, mamba_d_state=8, mamba_headdim=8, n_mamba_heads=8,
+            num_mem_blocks=1, intermediate_size=64, max_position_embeddings=64, adapter_rank=4,
+            attention_head_dim=16,
+        ), tf.Zamba2ForCausalLM  # fmt: skip
     assert name == "llama"
     return tf.LlamaConfig(
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -165,4 +176,36 @@ def test_mixed_dtype_group_is_refused_before_writing(tiny, tmp_path: Path) -> No
     save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ExportError, match=r"different dtypes.*k_proj\.weight F16"):
         export(src, tmp_path / "out", {"qkv": True}, verify_outputs=False)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("name", "fusion"), [("gte", {"qkv": True}), ("nomic", {"qkv": True, "gate_up": True})])
+def test_legacy_fused_checkpoint_loads_checks_and_exports(tiny, tmp_path: Path, name: str, fusion: dict) -> None:
+    """The checkpoint stores fused projections transformers splits at load: load plainly, then fuse."""
+    from fusion_core import check, load_plain
+
+    src = tiny(name)
+    assert any(k.endswith(("qkv_proj.weight", "Wqkv.weight")) for k in read_index(src).tensors)
+    loaded = load(src, fusion)
+    assert loaded.fused_modules and any("legacy fused checkpoint" in m for m in loaded.messages)
+    assert check(src, fusion, repeats=1, upstream=False).passed
+    result = export(src, tmp_path / "fused", fusion)
+    assert _statuses(result) == {"fusion_core": "loads exactly", "transformers": "refuses to load"}
+    assert result.verification.outputs is not None and result.verification.outputs["passed"]
+    back = export(tmp_path / "fused", tmp_path / "orig", layout="original")
+    assert _statuses(back) == {"fusion_core": "loads exactly", "transformers": "loads exactly"}
+    ids = torch.tensor([[5, 7, 9, 11]])
+    with torch.inference_mode():
+        want = load_plain(src)(input_ids=ids).last_hidden_state
+        got = load_plain(tmp_path / "orig")(input_ids=ids).last_hidden_state
+    assert torch.equal(want, got)
+
+
+def test_zamba2_tied_attention_is_refused_with_the_reason(tiny, tmp_path: Path) -> None:
+    from fusion_core.errors import LoadError
+
+    with pytest.raises(LoadError, match=r"shared_transformer\.self_attn\.q_proj\.weight is tied to"):
+        export(tiny("zamba2"), tmp_path / "out", {"qkv": True})
+    with pytest.raises(LoadError, match="tied"):
+        load(tiny("zamba2"), {"qkv": True})
     assert not (tmp_path / "out").exists()
