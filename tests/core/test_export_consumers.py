@@ -209,3 +209,22 @@ def test_zamba2_tied_attention_is_refused_with_the_reason(tiny, tmp_path: Path) 
     with pytest.raises(LoadError, match="tied"):
         load(tiny("zamba2"), {"qkv": True})
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_plan_and_export_read_the_checkpoint_own_fusion_config(tiny, tmp_path: Path, capsys) -> None:
+    from fusion_core.cli.main import main
+
+    src = tiny("llama")
+    assert main(["export", str(src), str(tmp_path / "fused"), "--fusion", "gate_up", "--fusion", "qkv"]) == 0
+    out = capsys.readouterr().out
+    assert "refuses to load" in out and "Unknown fusion type: gate_up" in out
+    assert main(["plan", str(tmp_path / "fused"), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["fusion_config"] == {"gate_up": True, "qkv": True} and plan["checkpoint_layout"] == "fused"
+    argv = ["export", str(tmp_path / "fused"), str(tmp_path / "orig"), "--layout", "original", "--no-verify-outputs"]
+    assert main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["written_fusion_config"] is None and result["consumers"] == []
+    assert sorted(read_index(tmp_path / "orig").tensors) == sorted(read_index(src).tensors)
+    assert main(["export", str(src), str(tmp_path / "none")]) == 2
+    assert "no fusion_config to reuse" in capsys.readouterr().err
