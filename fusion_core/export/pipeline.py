@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, ExportError, UsageError
 from ..model.checkpoint import INDEX_FILE, CheckpointIndex, open_shard
-from ..plan.fusion_plan import GUARD_PREFIX, as_plan, validate_fusion_config
-from ..plan.layout import check_layout, check_shapes, listed
+from ..plan.fusion_plan import GUARD_PREFIX, as_plan
+from ..plan.layout import check_layout, check_shapes
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from . import files as fs
 from .consumers import LOADS_EXACTLY, LOADS_WRONG, transformers_accepts
+from .rules import check_dtypes, check_original_keys, guard, legacy_tensors, matched_config, with_own_families
 from .writer import DEFAULT_MAX_SHARD_SIZE, OutTensor, iter_write, parse_size, plan_shards, write_text
 
 if TYPE_CHECKING:
@@ -219,7 +220,7 @@ def iter_export(
         raise UsageError(f"unknown on_wrong_load {on_wrong_load!r}; use 'guard' or 'refuse'")
     parse_size(max_shard_size)
     yield Progress(0, 0, "planning")
-    plan = _with_own_families(as_plan(source, fusion_config, trust_remote_code=trust_remote_code))
+    plan = with_own_families(as_plan(source, fusion_config, trust_remote_code=trust_remote_code))
     insp = plan.inspection
     src = insp.source
     ckpt = src.checkpoint
@@ -232,10 +233,10 @@ def iter_export(
     check_shapes(insp, plan)
     legacy = plan.legacy_fused and layout == "fused"
     groups = [] if plan.legacy_fused else _groups(plan, layout, src.folder)
-    _check_dtypes(groups, ckpt)
+    check_dtypes(groups, ckpt)
     if legacy:
         yield Progress(0, 0, "loading through transformers' conversion (legacy fused checkpoint)")
-        outputs, producer = _legacy_tensors(plan)
+        outputs, producer = legacy_tensors(plan)
     else:
         outputs = _out_tensors(ckpt, groups)
         producer = _Producer(ckpt, groups)
@@ -244,10 +245,10 @@ def iter_export(
     if plan.is_empty:  # copied as is: config.json too, unless the original layout was asked for
         recorded = config.get("fusion_config") if layout == "fused" else None
     else:
-        recorded = _matched_config(plan) if layout == "fused" else None
+        recorded = matched_config(plan) if layout == "fused" else None
     guarded = recorded is not None and not verify_outputs and transformers_accepts(recorded)
     if guarded:
-        recorded = _guard(recorded)
+        recorded = guard(recorded)
     config_text = fs.export_config(config, fusion_config=recorded)
     others, skipped = fs.plan_other_files(src.folder, set(ckpt.files) | {ckpt.index_file or ""})
 
@@ -266,7 +267,7 @@ def iter_export(
         yield Progress(total, total, "verifying headers")
         verification = _verify_written(tmp, wplan, ckpt, groups)
         if layout == "original":
-            _check_original_keys(insp, tmp)
+            check_original_keys(insp, tmp)
         consumers: list[dict[str, Any]] = []
         if guarded:
             verification.notes.append(
@@ -289,7 +290,7 @@ def iter_export(
                         "Export with on_wrong_load='guard' (--on-wrong-load guard) to write it so that "
                         "transformers refuses it, or use --layout original"
                     )
-                recorded, guarded = _guard(recorded), True
+                recorded, guarded = guard(recorded), True
                 (tmp / fs.CONFIG_FILE).unlink()  # our own file, in our temporary folder
                 write_text(tmp / fs.CONFIG_FILE, fs.export_config(config, fusion_config=recorded), sync=sync)
                 yield Progress(total, total, "trying the consumers again (guarded config.json)")
@@ -350,59 +351,6 @@ def export(
     return drive(iter_export(source, out_dir, fusion_config, **options), progress, cancel)
 
 
-def _legacy_tensors(plan: FusionPlan) -> tuple[list[OutTensor], Callable[[OutTensor], torch.Tensor]]:
-    """A legacy fused checkpoint, fused: loaded (transformers splits its projections), fused in place.
-
-    Not streamed: the model is in memory once, in the checkpoint's dtype; the written keys
-    are the fused model's own names.
-    """
-    from ..model.checkpoint import TORCH_TO_ST
-    from ..run.loading import load
-
-    ckpt = plan.source.checkpoint
-    assert ckpt is not None
-    first = next(iter(ckpt.tensors.values()))
-    dtype = next((k for k, v in TORCH_TO_ST.items() if v == first.dtype), "float32")
-    model = load(plan, dtype=dtype if dtype in ("float32", "float16", "bfloat16") else "float32").model
-    state: dict[str, Any] = {}
-    seen: set[int] = set()
-    for key, tensor in model.state_dict().items():
-        if tensor.data_ptr() in seen:  # a tied weight is written once, as save_pretrained does
-            continue
-        seen.add(tensor.data_ptr())
-        state[key] = tensor.detach().contiguous()
-    outputs = [
-        OutTensor(key, TORCH_TO_ST[str(t.dtype).removeprefix("torch.")], tuple(t.shape)) for key, t in state.items()
-    ]
-    return outputs, lambda t: state[t.key]
-
-
-def _with_own_families(plan: FusionPlan) -> FusionPlan:
-    """``plan`` plus the families the checkpoint is already fused with (first, in their order).
-
-    A fused checkpoint re-exported with other families keeps (or, in the original layout,
-    undoes) the ones it has; without them its fused keys would be copied as they are.
-    """
-    insp = plan.inspection
-    own = getattr(insp.source.config, "fusion_config", None)
-    if not own:
-        return plan
-    own_enabled = {name: (opts or True) for name, opts in validate_fusion_config(own)}
-    if all(name in plan.fusion_config for name in own_enabled):
-        return plan
-    return insp.plan({**own_enabled, **plan.fusion_config})
-
-
-def _matched_config(plan: FusionPlan) -> dict[str, Any]:
-    """The plan's ``fusion_config``, in its order, without the families that matched nothing."""
-    matched = {fam.name for fam in plan.families if fam.discovery.matches}
-    return {name: opts for name, opts in plan.fusion_config.items() if name in matched}
-
-
-def _guard(recorded: dict[str, Any]) -> dict[str, Any]:
-    return {name if name.startswith(GUARD_PREFIX) else GUARD_PREFIX + name: opts for name, opts in recorded.items()}
-
-
 def _consumers(folder: Path, written: Path, dest: Path, plan: FusionPlan, trust: bool) -> list[dict[str, Any]]:
     from .consumers import try_consumers
 
@@ -416,42 +364,6 @@ def _status(consumers: list[dict[str, Any]], name: str) -> str | None:
 
 def _detail(consumers: list[dict[str, Any]], name: str) -> str:
     return next((c["detail"] for c in consumers if c["name"].startswith(name)), "")
-
-
-def _check_dtypes(groups: list[_Group], ckpt: CheckpointIndex) -> None:
-    """Refuse a group whose tensors differ in dtype, before anything is written."""
-    for g in groups:
-        dtypes = {key: ckpt.tensors[key].dtype for key in g.inputs}
-        if len(set(dtypes.values())) > 1:
-            listed_ = ", ".join(f"{k} {d}" for k, d in dtypes.items())
-            raise ExportError(
-                f"{ckpt.folder}: {g.ct.family}: cannot fuse tensors of different dtypes ({listed_}); "
-                "nothing was written. Convert the checkpoint to one dtype first"
-            )
-
-
-def _check_original_keys(insp: Inspection, folder: Path) -> None:
-    """An original-layout export holds no key of any fused module (read from what was written)."""
-    from ..families import REGISTRY
-    from ..model.checkpoint import read_index
-    from ..plan.key_names import Found, KeyMatcher
-
-    written = read_index(folder)
-    assert written is not None
-    matcher = KeyMatcher(written.tensors, insp.model)
-    left = []
-    for name in REGISTRY:
-        for t in insp.discovery(name).transforms:
-            sources = [matcher.lookup(k) for k in t.sources]
-            for key in t.targets:
-                found = matcher.lookup(key)
-                if isinstance(found, Found) and not any(isinstance(s, Found) and s.key == found.key for s in sources):
-                    left.append(found.key)
-    if left:
-        raise ExportError(
-            f"verification failed: the original-layout export still holds fused keys: {listed(left)}; "
-            "nothing was written (its config.json may name fewer families than the checkpoint holds)"
-        )
 
 
 def _groups(plan: FusionPlan, layout: str, folder: Path) -> list[_Group]:
