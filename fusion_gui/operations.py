@@ -117,15 +117,24 @@ def run_export(
     layout: str,
     max_shard_size: int | str,
     overwrite: bool,
+    on_wrong_load: str = "guard",
 ):
-    """Export a converted checkpoint (``fusion_core.export.pipeline.iter_export``); returns its ExportResult."""
+    """Export a converted checkpoint (``fusion_core.export.pipeline.iter_export``); returns its ExportResult.
+
+    The result names its consumers (``result.consumers``), found by loading the export.
+    """
 
     def gen():
         from fusion_core.export.pipeline import iter_export
 
         log.info("export: %s -> %s (layout %s, shards <= %s)", plan.model, out_dir, layout, max_shard_size)
         result = yield from iter_export(
-            plan, out_dir, layout=layout, max_shard_size=max_shard_size, overwrite=overwrite
+            plan,
+            out_dir,
+            layout=layout,
+            max_shard_size=max_shard_size,
+            overwrite=overwrite,
+            on_wrong_load=on_wrong_load,
         )
         return result
 

@@ -299,7 +299,9 @@ class AppState(QObject):
         self.check_result = result
         self.checks_finished.emit(result)
 
-    def export(self, out_dir: Path, *, layout: str, max_shard_size: int | str, overwrite: bool) -> Job | None:
+    def export(
+        self, out_dir: Path, *, layout: str, max_shard_size: int | str, overwrite: bool, on_wrong_load: str = "guard"
+    ) -> Job | None:
         """Write a converted checkpoint of the plan on show to ``out_dir``."""
         if self.plan is None or self.jobs.busy:
             return None
@@ -309,6 +311,7 @@ class AppState(QObject):
             layout=layout,
             max_shard_size=max_shard_size,
             overwrite=overwrite,
+            on_wrong_load=on_wrong_load,
         )
         job = self._start("export", factory, f"Exporting {self.spec} to {out_dir}", f"Exported to {out_dir}")
         job.succeeded.connect(self.export_finished.emit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -28,7 +29,8 @@ def register(sub: Any) -> None:
         action="append",
         default=[],
         metavar="NAME[:OPTION=VALUE,...]",
-        help="family to apply, with its options if any (repeatable)",
+        help="family to apply, with its options if any (repeatable, in order); default: the checkpoint's "
+        "own fusion_config. A fused checkpoint keeps its families (they come first) and gains these",
     )
     p.add_argument(
         "--layout",
@@ -50,6 +52,13 @@ def register(sub: Any) -> None:
         help="skip loading the export back to compare outputs (for checkpoints too large to load here); "
         "keys, shapes and dtypes are still checked",
     )
+    p.add_argument(
+        "--on-wrong-load",
+        choices=("guard", "refuse"),
+        default="guard",
+        help="if stock transformers would load the fused export wrong: guard (default) writes the family names "
+        "as fusion_core:<name>, which transformers refuses loudly and fusion_core.load reads; refuse: no export",
+    )
     p.add_argument("--copy-as-is", action="store_true", help="export a model with nothing to fuse unchanged")
     p.add_argument("--json", action="store_true", help="machine-readable result")
     p.set_defaults(func=cmd_export)
@@ -58,20 +67,25 @@ def register(sub: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from ..errors import UsageError
     from ..export.pipeline import iter_export
+    from ..plan.fusion_plan import as_plan
     from .inspect import fusion_config_of
 
-    if not args.fusion and not args.copy_as_is:
-        raise UsageError("export: give at least one --fusion NAME (see `fusion-core families`), or --copy-as-is")
+    plan = as_plan(args.model, fusion_config_of(args.fusion) or None, trust_remote_code=args.trust_remote_code)
+    own = getattr(plan.source.config, "fusion_config", None)
+    if not args.fusion and not own and not args.copy_as_is:
+        raise UsageError(
+            "export: give at least one --fusion NAME (see `fusion-core families`), or --copy-as-is "
+            "(the checkpoint's config.json has no fusion_config to reuse)"
+        )
     gen = iter_export(
-        args.model,
+        plan,
         args.out,
-        fusion_config_of(args.fusion),
         layout=args.layout,
         max_shard_size=args.max_shard_size,
         overwrite=args.overwrite,
         verify_outputs=not args.no_verify_outputs,
         allow_copy_as_is=args.copy_as_is,
-        trust_remote_code=args.trust_remote_code,
+        on_wrong_load=args.on_wrong_load,
     )
     result = run_with_progress(gen, desc="export", quiet=args.json)
     for note in result.verification.notes:  # e.g. leftovers of a killed export, removed
@@ -90,4 +104,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     for name, reason in result.skipped_files:
         print(f"not copied: {name}: {reason}")
     print(f"verified: {result.verification.summary()}")
+    if result.written_fusion_config is not None:
+        print(f"config.json fusion_config: {json.dumps(result.written_fusion_config)}")
+    if result.consumers:
+        rows = [(c["name"], c["status"], c["how"], c["detail"]) for c in result.consumers]
+        print(table(rows, ["consumer", "status", "how", "detail"]))
     return 0

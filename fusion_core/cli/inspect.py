@@ -25,7 +25,8 @@ def register(sub: Any) -> None:
         action="append",
         default=[],
         metavar="NAME[:OPTION=VALUE,...]",
-        help="family to enable, with its options if any (repeatable; `fusion-core families` lists the options)",
+        help="family to enable, with its options if any (repeatable; `fusion-core families` lists the options); "
+        "default: the checkpoint's own fusion_config",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
@@ -142,17 +143,20 @@ def fusion_config_of(values: list[str]) -> dict[str, Any]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """``plan MODEL --fusion NAME[:OPT=VALUE,...] ... [--json]``: matches, patch mapping, key transforms."""
-    from ..errors import UsageError
+    """``plan MODEL [--fusion NAME[:OPT=VALUE,...] ...] [--json]``: matches, patch mapping, key transforms.
 
-    if not args.fusion:
-        raise UsageError("plan: give at least one --fusion NAME (see `fusion-core families`)")
-    fusion_config = fusion_config_of(args.fusion)
+    Without ``--fusion``, the checkpoint's own ``fusion_config`` (a fused export's).
+    """
+    from ..errors import UsageError
     from ..plan.fusion_plan import validate_fusion_config
 
+    fusion_config = fusion_config_of(args.fusion) if args.fusion else None
     validate_fusion_config(fusion_config)  # a bad family or option is a usage error before the model opens
     insp = _open(args)
-    plan = insp.plan(fusion_config)
+    own = getattr(insp.source.config, "fusion_config", None)  # a fused checkpoint names its own
+    if fusion_config is None and not own:
+        raise UsageError("plan: give at least one --fusion NAME (see `fusion-core families`)")
+    plan = insp.plan(fusion_config if fusion_config is not None else own)
     if args.json:
         print_json(plan.to_dict())
         return 0

@@ -237,16 +237,24 @@ def copy_other_files(files: list[tuple[str, Path]], dest_folder: Path) -> list[i
 def export_config(config: dict[str, Any], *, fusion_config: dict[str, Any] | None) -> str:
     """``config.json`` text for the export, formatted as transformers writes it.
 
-    With ``fusion_config`` it is recorded (both our loader and transformers' own
-    ``from_pretrained`` re-apply the fusion); with ``None`` it is removed, so that a plain
-    load of an original-layout export is a plain, unfused model.
+    With ``fusion_config`` it is recorded (our loader re-applies the fusion, and so does
+    transformers for the families it knows); with ``None`` it is removed, so that a plain
+    load of an original-layout export is a plain, unfused model. Keys are sorted as
+    ``save_pretrained`` sorts them, except inside ``fusion_config``: its order is the
+    order the families are applied in, the user's.
     """
     data = dict(config)
+    data.pop("fusion_config", None)
+    text = json.dumps(data, indent=2, sort_keys=True)
     if fusion_config is None:
-        data.pop("fusion_config", None)
-    else:
-        data["fusion_config"] = fusion_config
-    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+        return text + "\n"
+    sorted_keys = sorted([*data, "fusion_config"])
+    parts = []
+    for key in sorted_keys:
+        value = fusion_config if key == "fusion_config" else data[key]
+        dumped = json.dumps(value, indent=2, sort_keys=key != "fusion_config")
+        parts.append(f"  {json.dumps(key)}: " + dumped.replace("\n", "\n  "))
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def describe_os_error(e: OSError, dest: Path, total_bytes: int) -> ExportError:

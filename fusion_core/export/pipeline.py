@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, ExportError, UsageError
 from ..model.checkpoint import INDEX_FILE, CheckpointIndex, open_shard
-from ..plan.fusion_plan import as_plan
+from ..plan.fusion_plan import GUARD_PREFIX, as_plan
 from ..plan.layout import check_layout, check_shapes
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from . import files as fs
+from .consumers import LOADS_EXACTLY, LOADS_WRONG, transformers_accepts
+from .rules import check_dtypes, check_original_keys, guard, legacy_tensors, matched_config, with_own_families
 from .writer import DEFAULT_MAX_SHARD_SIZE, OutTensor, iter_write, parse_size, plan_shards, write_text
 
 if TYPE_CHECKING:
@@ -36,6 +38,9 @@ if TYPE_CHECKING:
     from ..plan.fusion_plan import CheckpointTransform, FusionConfig, FusionPlan, Inspection
 
 LAYOUTS = ("fused", "original")
+#: what to do with a fused export that stock transformers would load wrong: write it so
+#: that transformers refuses it loudly (family names prefixed with GUARD_PREFIX), or refuse it
+ON_WRONG_LOAD = ("guard", "refuse")
 
 
 @dataclass
@@ -77,6 +82,12 @@ class ExportResult:
     verification: ExportVerification
     replaced_existing: bool
     seconds: float
+    #: who loads the export, found by loading it: [{name, status, how, detail, max_abs_diff}]
+    consumers: list[dict[str, Any]] = field(default_factory=list)
+    #: the fusion_config written into config.json (None: none, original layout)
+    written_fusion_config: dict[str, Any] | None = None
+    #: family names were prefixed so that stock transformers refuses the export
+    guarded: bool = False
 
     @property
     def total_bytes(self) -> int:
@@ -98,6 +109,9 @@ class ExportResult:
             "verification": {**asdict(self.verification), "summary": self.verification.summary()},
             "replaced_existing": self.replaced_existing,
             "seconds": round(self.seconds, 3),
+            "written_fusion_config": self.written_fusion_config,
+            "guarded": self.guarded,
+            "consumers": self.consumers,
         }
 
 
@@ -153,6 +167,7 @@ def iter_export(
     allow_copy_as_is: bool = False,
     trust_remote_code: bool = False,
     sync: bool = True,
+    on_wrong_load: str = "guard",
 ) -> Generator[Progress, None, ExportResult]:
     """Export ``source``'s checkpoint to ``out_dir`` in ``layout``, streaming and verified.
 
@@ -161,17 +176,28 @@ def iter_export(
             folder (or any spec :func:`fusion_core.resolve` takes that has weights), a
             resolved source, or an opened model.
         out_dir: the folder to create (or replace, with ``overwrite``).
-        fusion_config: the fusions when ``source`` is not a plan, e.g. ``{"patch_embeddings": True}``.
+        fusion_config: the fusions when ``source`` is not a plan, e.g. ``{"patch_embeddings": True}``;
+            ``None`` uses the checkpoint's own ``fusion_config``. Families the checkpoint is
+            already fused with are always part of the export (first, in their order): a
+            fused checkpoint can gain families, and the original layout unfuses them all.
         layout: ``"fused"`` (keys of the fused modules, ``fusion_config`` in config.json)
             or ``"original"`` (the model's own layout, no ``fusion_config``). The source
             may hold either; :attr:`FusionPlan.layout` tells which.
         max_shard_size: as ``save_pretrained``'s (default ``"50GB"``).
         overwrite: replace a non-empty ``out_dir`` (only once the new one is complete).
         verify_outputs: load the export back and compare its outputs with the source
-            model's; turn off for a checkpoint too large to load here.
+            model's, and try its consumers (our loader and stock transformers, in a child
+            process: :mod:`fusion_core.export.consumers`); turn off for a checkpoint too
+            large to load here.
         allow_copy_as_is: export a model with nothing to fuse unchanged.
         trust_remote_code: passed to :func:`fusion_core.resolve`.
         sync: fsync the written files before the final rename.
+        on_wrong_load: when stock transformers would load the fused export wrong (it
+            knows a family's name but not these modules): ``"guard"`` writes the family
+            names as ``"fusion_core:<name>"``, which transformers refuses loudly and our
+            loader reads; ``"refuse"`` refuses the export with the reason. Without
+            ``verify_outputs`` nothing is tried, and every family name transformers
+            accepts is guarded.
 
     Yields:
         Progress (bytes of tensor data written, then the verification steps).
@@ -190,9 +216,11 @@ def iter_export(
     t0 = time.perf_counter()
     if layout not in LAYOUTS:
         raise UsageError(f"unknown layout {layout!r}; use 'fused' or 'original'")
+    if on_wrong_load not in ON_WRONG_LOAD:
+        raise UsageError(f"unknown on_wrong_load {on_wrong_load!r}; use 'guard' or 'refuse'")
     parse_size(max_shard_size)
     yield Progress(0, 0, "planning")
-    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code, own_fusion_config=False)
+    plan = with_own_families(as_plan(source, fusion_config, trust_remote_code=trust_remote_code))
     insp = plan.inspection
     src = insp.source
     ckpt = src.checkpoint
@@ -201,16 +229,26 @@ def iter_export(
     if plan.is_empty and not allow_copy_as_is:
         why = "; ".join(plan.messages) or "no module matches the enabled fusions"
         raise ExportError(f"{src.name}: nothing to fuse ({why}); pass --copy-as-is to export it unchanged")
-    check_layout(plan, src)
+    check_layout(plan, src, allow_mixed=True)
     check_shapes(insp, plan)
-    groups = _groups(plan, layout, src.folder)
-    outputs = _out_tensors(ckpt, groups)
+    legacy = plan.legacy_fused and layout == "fused"
+    groups = [] if plan.legacy_fused else _groups(plan, layout, src.folder)
+    check_dtypes(groups, ckpt)
+    if legacy:
+        yield Progress(0, 0, "loading through transformers' conversion (legacy fused checkpoint)")
+        outputs, producer = legacy_tensors(plan)
+    else:
+        outputs = _out_tensors(ckpt, groups)
+        producer = _Producer(ckpt, groups)
     wplan = plan_shards(outputs, max_shard_size, total_parameters=_source_parameters(ckpt))
     config = _read_config(src.folder)
     if plan.is_empty:  # copied as is: config.json too, unless the original layout was asked for
         recorded = config.get("fusion_config") if layout == "fused" else None
     else:
-        recorded = plan.fusion_config if layout == "fused" else None
+        recorded = matched_config(plan) if layout == "fused" else None
+    guarded = recorded is not None and not verify_outputs and transformers_accepts(recorded)
+    if guarded:
+        recorded = guard(recorded)
     config_text = fs.export_config(config, fusion_config=recorded)
     others, skipped = fs.plan_other_files(src.folder, set(ckpt.files) | {ckpt.index_file or ""})
 
@@ -220,7 +258,6 @@ def iter_export(
     total = wplan.total_size
     try:
         try:
-            producer = _Producer(ckpt, groups)
             yield from iter_write(wplan, tmp, src.folder, producer, sync=sync, total=total)
             write_text(tmp / fs.CONFIG_FILE, config_text, sync=sync)
             yield Progress(total, total, "copying other files")
@@ -230,12 +267,46 @@ def iter_export(
         yield Progress(total, total, "verifying headers")
         verification = _verify_written(tmp, wplan, ckpt, groups)
         verification.notes.extend(dest.notes)  # leftovers of a killed export, removed
+        if layout == "original":
+            check_original_keys(insp, tmp)
+        consumers: list[dict[str, Any]] = []
+        if guarded:
+            verification.notes.append(
+                "consumers not tried (outputs not verified): family names transformers accepts were written "
+                f"with the {GUARD_PREFIX!r} prefix, so that it refuses them instead of maybe loading them wrong"
+            )
         if verify_outputs:
             yield Progress(total, total, "verifying outputs (loading the export back)")
             from .verify import compare_outputs
 
             verification.outputs = compare_outputs(src, tmp, plan, layout)
             verification.outputs_checked = True
+            yield Progress(total, total, "trying the consumers (transformers, fusion_core) in a child process")
+            consumers = _consumers(src.folder, tmp, dest.path, plan, trust_remote_code)
+            if recorded is not None and _status(consumers, "transformers") == LOADS_WRONG:
+                wrong = _detail(consumers, "transformers")
+                if on_wrong_load == "refuse":
+                    raise ExportError(
+                        f"stock transformers would load this export wrong ({wrong}); nothing was written. "
+                        "Export with on_wrong_load='guard' (--on-wrong-load guard) to write it so that "
+                        "transformers refuses it, or use --layout original"
+                    )
+                recorded, guarded = guard(recorded), True
+                (tmp / fs.CONFIG_FILE).unlink()  # our own file, in our temporary folder
+                write_text(tmp / fs.CONFIG_FILE, fs.export_config(config, fusion_config=recorded), sync=sync)
+                yield Progress(total, total, "trying the consumers again (guarded config.json)")
+                consumers = _consumers(src.folder, tmp, dest.path, plan, trust_remote_code)
+                verification.notes.append(
+                    f"stock transformers loaded the export wrong ({wrong}): its family names were written with "
+                    f"the {GUARD_PREFIX!r} prefix, so that transformers refuses them loudly"
+                )
+            bad = [c for c in consumers if c["status"] == LOADS_WRONG]
+            ours = [c for c in consumers if c["name"].startswith("fusion_core") and c["status"] != LOADS_EXACTLY]
+            if bad or ours:
+                c = (bad or ours)[0]
+                raise ExportError(
+                    f"verification failed: {c['name']} {c['status']} ({c['detail']}); nothing was written"
+                )
         files = sorted((p.name, p.stat().st_size) for p in tmp.iterdir())
         yield Progress(total, total, "moving into place")
         fs.move_into_place(tmp, dest)
@@ -257,6 +328,9 @@ def iter_export(
         verification=verification,
         replaced_existing=dest.replaces,
         seconds=time.perf_counter() - t0,
+        consumers=consumers,
+        written_fusion_config=recorded,
+        guarded=guarded,
     )
 
 
@@ -276,6 +350,21 @@ def export(
         The errors of :func:`iter_export`.
     """
     return drive(iter_export(source, out_dir, fusion_config, **options), progress, cancel)
+
+
+def _consumers(folder: Path, written: Path, dest: Path, plan: FusionPlan, trust: bool) -> list[dict[str, Any]]:
+    from .consumers import try_consumers
+
+    paths = [m.path for fam in plan.families for m in fam.discovery.matches]
+    return try_consumers(folder, written, dest, paths, trust_remote_code=trust)
+
+
+def _status(consumers: list[dict[str, Any]], name: str) -> str | None:
+    return next((c["status"] for c in consumers if c["name"].startswith(name)), None)
+
+
+def _detail(consumers: list[dict[str, Any]], name: str) -> str:
+    return next((c["detail"] for c in consumers if c["name"].startswith(name)), "")
 
 
 def _groups(plan: FusionPlan, layout: str, folder: Path) -> list[_Group]:

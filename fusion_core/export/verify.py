@@ -43,7 +43,6 @@ def compare_outputs(source: ModelSource, out_folder: Path, plan: FusionPlan, lay
 
     from ..errors import FusionError
     from ..run.checks import compare, main_output
-    from ..run.inputs import candidate_inputs
     from ..run.loading import load, load_plain
 
     trust = source.trust_remote_code
@@ -59,7 +58,7 @@ def compare_outputs(source: ModelSource, out_folder: Path, plan: FusionPlan, lay
     paths = [m.path for fam in plan.families for m in fam.discovery.matches]
     try:
         with torch.inference_mode():
-            found = _first_accepted(reference, candidate_inputs(reference, paths), main_output)
+            found = pick_inputs(reference, paths)
             if found is None:
                 return {"passed": None, "summary": "outputs not compared: no synthetic input fits this model"}
             inputs, name, want = found
@@ -92,6 +91,60 @@ def compare_outputs(source: ModelSource, out_folder: Path, plan: FusionPlan, lay
     return result
 
 
+def pick_inputs(model: Any, paths: list[str], seed: int = 0) -> tuple[Any, str, torch.Tensor] | None:
+    """The first synthetic input ``model`` runs on, with its main output (``None``: none fits).
+
+    A dual-tower model (CLIP, SigLIP: its forward takes both ``input_ids`` and
+    ``pixel_values``) gets both, since each tower needs its own input.
+    """
+    from ..run.checks import main_output
+    from ..run.inputs import candidate_inputs
+
+    candidates = candidate_inputs(model, paths, seed=seed)
+    dual = _dual_tower_inputs(model, seed)
+    if dual is not None:
+        candidates = _chain([dual], candidates)
+    return _first_accepted(model, candidates, main_output)
+
+
+def _chain(first: list[Any], rest: Any) -> Any:
+    yield from first
+    yield from rest
+
+
+def _dual_tower_inputs(model: Any, seed: int) -> Any:
+    """Text and pixel inputs together, for a model whose forward needs both (or ``None``)."""
+    import inspect
+
+    import torch
+
+    from ..run.inputs import ModelInputs, special_token_ids
+
+    params = inspect.signature(model.forward).parameters
+    vision = getattr(model.config, "vision_config", None)
+    text = getattr(model.config, "text_config", None)
+    if not {"input_ids", "pixel_values"} <= set(params) or vision is None or text is None:
+        return None
+    size = getattr(vision, "image_size", None)
+    channels = getattr(vision, "num_channels", 3)
+    vocab = getattr(text, "vocab_size", None)
+    if not isinstance(size, int) or not isinstance(vocab, int) or size <= 0 or size > 1024 or vocab <= 0:
+        return None
+    gen = torch.Generator().manual_seed(seed)
+    avoid = special_token_ids(text)
+    ids = [i for i in torch.randint(0, vocab, (64,), generator=gen).tolist() if i not in avoid][:16] or [0]
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    kwargs: dict[str, Any] = {
+        "input_ids": torch.tensor([ids]),
+        "pixel_values": torch.randn(1, channels, size, size, generator=gen).to(dtype),
+    }
+    if "attention_mask" in params:
+        kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
+    if "return_dict" in params:
+        kwargs["return_dict"] = True
+    return ModelInputs("", kwargs, "text+image", [f"{len(ids)} text tokens and one {size}x{size} image"])
+
+
 def _first_accepted(model: Any, candidates: Any, main_output: Any) -> tuple[Any, str, torch.Tensor] | None:
     """The first candidate input that ``model`` runs on, with its main output."""
     from ..errors import CheckError
@@ -101,7 +154,7 @@ def _first_accepted(model: Any, candidates: Any, main_output: Any) -> tuple[Any,
             entry = model.get_submodule(inputs.entry) if inputs.entry else model
             try:
                 name, out = main_output(entry(**inputs.kwargs))
-            except (RuntimeError, ValueError, TypeError, IndexError, CheckError):
+            except (RuntimeError, ValueError, TypeError, IndexError, AttributeError, CheckError):
                 continue  # this kind of input does not fit: try the next one
             return inputs, name, out
     except ValueError:  # no kind of input fits this model's forward

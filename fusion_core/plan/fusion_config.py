@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 FusionConfig = Mapping[str, "bool | Mapping[str, Any]"]
 
+#: An export that stock transformers would load wrong names its families with this prefix
+#: in config.json: transformers refuses the name loudly ("Unknown fusion type"), we strip it.
+GUARD_PREFIX = "fusion_core:"
+
 
 def validate_fusion_config(fusion_config: FusionConfig | None) -> list[tuple[str, dict[str, Any]]]:
     """The enabled families of ``fusion_config``, in the user's order, with their options.
@@ -42,6 +46,8 @@ def validate_fusion_config(fusion_config: FusionConfig | None) -> list[tuple[str
         )
     enabled: list[tuple[str, dict[str, Any]]] = []
     for name, options in fusion_config.items():
+        if isinstance(name, str):
+            name = name.removeprefix(GUARD_PREFIX)  # a guarded export's name (see GUARD_PREFIX)
         spec = get_family(name)
         if options is False:
             continue

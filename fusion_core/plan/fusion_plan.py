@@ -44,6 +44,9 @@ class CheckpointTransform:
     dtype: str  # safetensors code ("F32") or torch name when no checkpoint
     present: str  # "original" | "fused" | "missing": which side the checkpoint holds
     note: str = ""  # why a transform is refused ("missing") although keys were found
+    #: missing because transformers computes the source keys with a conversion at load (a
+    #: legacy fused checkpoint: GTE, NomicBERT... store fused projections it splits)
+    computed: bool = False
 
     @property
     def family(self) -> str:
@@ -157,6 +160,15 @@ class FusionPlan:
     @property
     def is_empty(self) -> bool:
         return not self.transforms and not self.patch_mapping
+
+    @property
+    def legacy_fused(self) -> bool:
+        """The checkpoint stores projections transformers converts at load (none in either layout).
+
+        Such a model loads through transformers' own conversion, then is fused in place.
+        """
+        cts = self.checkpoint_transforms
+        return bool(cts) and all(c.present == "original" or c.computed for c in cts) and any(c.computed for c in cts)
 
     def rows(self, direction: str = "load") -> list[dict[str, Any]]:
         """Preview rows for every transformed checkpoint key (see :meth:`CheckpointTransform.rows`).
@@ -381,6 +393,7 @@ def _checkpoint_transforms(insp: Inspection, transforms: list[KeyTransform]) -> 
         src = [matcher.lookup(k) for k in t.sources]
         dst = [matcher.lookup(k) for k in t.targets]
         note = ""
+        computed = False
         src_keys, dst_keys = t.sources, t.targets
         if all(isinstance(f, Found) for f in src):
             present = "original"
@@ -394,6 +407,7 @@ def _checkpoint_transforms(insp: Inspection, transforms: list[KeyTransform]) -> 
             present = "missing"
             converted = next((f for f in src + dst if isinstance(f, Converted)), None)
             note = converted.reason() if converted is not None else ""
+            computed = converted is not None
         if note:
             present = "missing"  # refused: a fused key that does not load back, or computed keys
         if present == "original":
@@ -411,7 +425,7 @@ def _checkpoint_transforms(insp: Inspection, transforms: list[KeyTransform]) -> 
             dst_shapes = tuple(() for _ in t.targets)
             dtype = "?"
         sides.add(present)
-        out.append(CheckpointTransform(t, src_keys, dst_keys, src_shapes, dst_shapes, dtype, present, note))
+        out.append(CheckpointTransform(t, src_keys, dst_keys, src_shapes, dst_shapes, dtype, present, note, computed))
     if not out:
         layout = "none"
     elif len(sides) == 1:
@@ -424,6 +438,14 @@ def _checkpoint_transforms(insp: Inspection, transforms: list[KeyTransform]) -> 
 def _notes(cts: list[CheckpointTransform]) -> list[str]:
     """One message per family with refused transforms: the first reason and how many."""
     by_family: dict[str, list[str]] = {}
+    legacy = bool(cts) and all(c.present == "original" or c.computed for c in cts)
+    if legacy and any(c.computed for c in cts):
+        first = next(c for c in cts if c.computed)
+        how = first.note.split(";")[0]
+        return [
+            f"{first.family!r}: legacy fused checkpoint ({how}): loaded through transformers' own conversion, "
+            "then fused in place"
+        ]
     for ct in cts:
         if ct.note:
             by_family.setdefault(ct.family, []).append(ct.note)

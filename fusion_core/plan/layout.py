@@ -22,13 +22,26 @@ def listed(keys: list[str]) -> str:
     return shown + (f" (and {len(keys) - _MAX_LISTED} more)" if len(keys) > _MAX_LISTED else "")
 
 
-def check_layout(plan: FusionPlan, source: ModelSource) -> None:
+def check_layout(plan: FusionPlan, source: ModelSource, *, allow_mixed: bool = False) -> None:
     """Refuse a checkpoint that is in neither layout, or in both at once.
+
+    A legacy fused checkpoint (:attr:`FusionPlan.legacy_fused`: transformers computes the
+    original keys with its own conversion) passes: it loads plainly, then fuses in place.
+
+    Args:
+        plan: the plan, its transforms located in the checkpoint.
+        source: the model source (for the message).
+        allow_mixed: accept some families fused and others not (an export of a fused
+            checkpoint that gains a family, or is unfused); keys in neither layout are
+            still refused.
 
     Raises:
         LoadError: naming the keys expected in each layout.
     """
     where = str(source.folder)
+    if plan.legacy_fused:  # stored fused, split by transformers' own conversion: a plain load, then fusion
+        return
+    _refuse_tied(plan, where)
     if plan.layout == "missing":
         ct = next(c for c in plan.checkpoint_transforms if c.present == "missing")
         why = f" ({ct.note})" if ct.note else ""
@@ -37,6 +50,8 @@ def check_layout(plan: FusionPlan, source: ModelSource) -> None:
             f"{ct.family!r}{why}: expected {', '.join(ct.source_keys)} (original) or {', '.join(ct.target_keys)} (fused); "
             "is this checkpoint for this model class and config?"
         )
+    if plan.layout == "mixed" and allow_mixed and all(c.present != "missing" for c in plan.checkpoint_transforms):
+        return
     if plan.layout == "mixed":
         orig = [k for ct in plan.checkpoint_transforms if ct.present == "original" for k in ct.source_keys]
         fused = [k for ct in plan.checkpoint_transforms if ct.present == "fused" for k in ct.target_keys]
@@ -45,6 +60,30 @@ def check_layout(plan: FusionPlan, source: ModelSource) -> None:
         if missing:
             detail += f"; in neither layout: {listed(missing)}"
         raise LoadError(f"{where}: the checkpoint mixes layouts ({detail}); re-export it in one layout")
+
+
+def _refuse_tied(plan: FusionPlan, where: str) -> None:
+    """Refuse fusing parameters tied across modules (Zamba2's shared attention), with that reason.
+
+    The checkpoint stores a tied tensor once, so the other module's keys are in neither
+    layout; fusing each module on its own would untie them.
+    """
+    if plan.inspection is None:
+        return
+    params = dict(plan.inspection.model.named_parameters(remove_duplicate=False))
+    owner: dict[int, str] = {}
+    for t in plan.transforms:
+        for key in t.sources:
+            p = params.get(key)
+            if p is None:
+                continue
+            first = owner.setdefault(id(p), key)
+            if first != key:
+                raise LoadError(
+                    f"{where}: {key} is tied to {first} (one tensor, stored once in the checkpoint): fusing "
+                    f"{t.family!r} would untie weights the model shares across layers; fusing tied weights is "
+                    "not supported, leave this family off for this model"
+                )
 
 
 def check_shapes(insp: Inspection, plan: FusionPlan) -> None:

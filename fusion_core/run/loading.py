@@ -346,6 +346,8 @@ def iter_load(
     check_layout(plan, src)
     check_shapes(insp, plan)
     layout = plan.layout if plan.layout in ("original", "fused") else "none"
+    if plan.legacy_fused:  # transformers splits the stored fused projections; we fuse in place after
+        layout = "original"
     # each family as the plan configured it (its options), so the fused classes are the plan's
     matched = [(m, fam.spec or get_family(fam.name)) for fam in plan.families for m in fam.discovery.matches]
     total = 3 + len(matched)

@@ -52,6 +52,16 @@ class ExportDialog(QDialog):
         self.layout_box.addItem("original: the layout of the unfused model", "original")
         self.shard_edit = QLineEdit("5GB")
         self.shard_edit.setToolTip("largest shard file: e.g. 5GB, 500MB, 2GiB")
+        self.wrong_box = QComboBox()
+        self.wrong_box.addItem("write it so that transformers refuses it (fusion_core:<name>)", "guard")
+        self.wrong_box.addItem("do not export", "refuse")
+        self.wrong_box.setToolTip(
+            "The export is loaded by stock transformers after writing; a fused export it would load wrong "
+            "(it knows the family's name, not these modules) is never written as it is"
+        )
+        self.consumers = QLabel()
+        self.consumers.setWordWrap(True)
+        self.consumers.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.replace_box = QCheckBox("Replace the existing folder")
         self.replace_box.hide()
         self.note = QLabel()
@@ -76,6 +86,8 @@ class ExportDialog(QDialog):
         form.addRow("", self.replace_box)
         form.addRow("Layout:", self.layout_box)
         form.addRow("Max shard size:", self.shard_edit)
+        form.addRow("If transformers loads it wrong:", self.wrong_box)
+        form.addRow("Consumers:", self.consumers)
         buttons = QHBoxLayout()
         buttons.addWidget(self.show_button)
         buttons.addStretch(1)
@@ -107,12 +119,14 @@ class ExportDialog(QDialog):
         browse.clicked.connect(self._browse)
         self.dest_edit.textChanged.connect(self._on_dest_changed)
         self.layout_box.currentIndexChanged.connect(self._on_layout_changed)
+        self.layout_box.currentIndexChanged.connect(lambda _i: self._show_predicted())
         self.replace_box.toggled.connect(lambda _c: self._update_buttons())
         self.export_button.clicked.connect(self.start)
         self.cancel_button.clicked.connect(self.cancel)
         self.show_button.clicked.connect(self.show_in_folder)
         self.close_button.clicked.connect(self.reject)
         self._on_dest_changed(self.dest_edit.text())
+        self._show_predicted()
 
     # form ------------------------------------------------------------------------------
     @property
@@ -129,6 +143,16 @@ class ExportDialog(QDialog):
         for old, new in (("-fused", "-original"), ("-original", "-fused")):
             if self.layout_box.currentData() == new.lstrip("-") and dest.endswith(old):
                 self.dest_edit.setText(dest[: -len(old)] + new)
+
+    def _show_predicted(self) -> None:
+        """Before writing: who is expected to load the export (a dry run on the plan, no tensors)."""
+        from fusion_core.export.consumers import predicted_consumers
+
+        if self.state.plan is None:
+            self.consumers.setText("")
+            return
+        rows = predicted_consumers(self.state.plan, self.layout_box.currentData())
+        self.consumers.setText(_consumer_rows(rows, "before writing (predicted; tried by loading after writing)"))
 
     def _on_dest_changed(self, _text: str) -> None:
         dest = self.destination
@@ -148,7 +172,7 @@ class ExportDialog(QDialog):
             not running and has_weights and bool(self.dest_edit.text().strip()) and not blocked
         )
         self.cancel_button.setEnabled(running)
-        for w in (self.dest_edit, self.layout_box, self.shard_edit, self.replace_box):
+        for w in (self.dest_edit, self.layout_box, self.shard_edit, self.replace_box, self.wrong_box):
             w.setEnabled(not running)
 
     # job -------------------------------------------------------------------------------
@@ -167,6 +191,7 @@ class ExportDialog(QDialog):
             layout=self.layout_box.currentData(),
             max_shard_size=shard,
             overwrite=self.replace_box.isVisible() and self.replace_box.isChecked(),
+            on_wrong_load=self.wrong_box.currentData(),
         )
         if job is None:
             self._set_status("error", "Another job is running; wait for it or cancel it.")
@@ -209,6 +234,7 @@ class ExportDialog(QDialog):
             f"{d['tensors']} tensors, {len(d['transformed'])} transformed.<br>"
             f"<b>Verified:</b> {html.escape(ver['summary'])}<ul style='margin:2px'>{files}{more}</ul>",
         )
+        self.consumers.setText(_consumer_rows(d["consumers"], "tried by loading the export"))
         self.show_button.setEnabled(True)
         self.adjustSize()  # the summary lists the files: let the dialog grow to show them
 
@@ -242,3 +268,16 @@ class ExportDialog(QDialog):
         if self.job is not None:
             self.job.cancel()
         super().reject()
+
+
+def _consumer_rows(rows: list[dict[str, Any]], when: str) -> str:
+    """Consumers as rich text: name, status, the call a user makes, and why."""
+    if not rows:
+        return f"<i>not tried ({html.escape(when)})</i>"
+    items = "".join(
+        f"<li><b>{html.escape(r['name'])}</b>: {html.escape(r['status'])} — <code>{html.escape(r['how'])}</code>"
+        + (f" ({html.escape(r['detail'])})" if r.get("detail") else "")
+        + "</li>"
+        for r in rows
+    )
+    return f"{html.escape(when)}:<ul style='margin:2px'>{items}</ul>"

@@ -98,8 +98,14 @@ def test_upstream_from_pretrained_reads_the_fused_export(qwen2_vl_dir: Path, tmp
     """transformers' own from_pretrained re-applies the fusion from config.fusion_config.
 
     Run in a child process: upstream fusion leaves process-wide state behind (DESIGN.md).
+    The export found the same by loading it (its consumers), so it wrote the name as is.
     """
-    export(qwen2_vl_dir, tmp_path / "fused", FUSION, verify_outputs=False)
+    result = export(qwen2_vl_dir, tmp_path / "fused", FUSION)
+    assert [(c["name"].split()[0], c["status"]) for c in result.consumers] == [
+        ("fusion_core", "loads exactly"),
+        ("transformers", "loads exactly"),
+    ]
+    assert not result.guarded and result.written_fusion_config == FUSION
     script = textwrap.dedent(
         f"""
         import json, torch

@@ -14,7 +14,6 @@ from _family_cases import inputs
 from safetensors import safe_open
 
 from fusion_core import export, inspect_model
-from fusion_core.errors import LoadError
 from fusion_core.plan.key_names import KeyMatcher, prefix_swap, translate
 from fusion_core.run.loading import load, load_plain
 
@@ -180,9 +179,11 @@ def test_a_checkpoint_already_in_the_model_naming_keeps_it(root, tmp_path):
     assert raw_bytes_of(tmp_path / "original") == raw_bytes_of(folder)
 
 
-def test_keys_a_conversion_computes_are_refused_with_the_reason(root):
+def test_keys_a_conversion_computes_load_through_that_conversion(root):
     # DINOv2 with SwiGLU stores one mlp.weights_in tensor that transformers chunks into
-    # gate_proj and up_proj on load: gate_up would have to guess how they were stored
+    # gate_proj and up_proj on load: a legacy fused checkpoint. Its bytes are not streamed
+    # (gate_up would have to guess how they were stored): it loads through transformers'
+    # own conversion, then is fused in place
     folder = saved("dinov2_swiglu", root, lambda: _dinov2(use_swiglu_ffn=True))
     assert "encoder.layer.0.mlp.weights_in.weight" in keys_of(folder)
     insp = inspect_model(str(folder))
@@ -192,9 +193,10 @@ def test_keys_a_conversion_computes_are_refused_with_the_reason(root):
     note = plan.checkpoint_transforms[0].note
     assert "encoder.layer.0.mlp.gate_proj.weight" in note and "encoder.layer.0.mlp.weights_in.weight" in note
     assert "Chunk" in note and "refused" in note
-    assert any("'gate_up' refused" in m and "4 key groups" in m for m in plan.messages)
-    with pytest.raises(LoadError, match=r"gate_up.*Chunk.*refused"):
-        load(str(folder), {"gate_up": True})
+    assert plan.legacy_fused
+    assert any("'gate_up': legacy fused checkpoint" in m and "Chunk" in m for m in plan.messages)
+    loaded = load(str(folder), {"gate_up": True})
+    assert loaded.fused_modules == ["encoder.layer.0.mlp", "encoder.layer.1.mlp"]
     # the refusal is per family: qkv on the same checkpoint is fine
     assert insp.plan(QKV).layout == "original"
 

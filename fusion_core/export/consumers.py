@@ -1,0 +1,246 @@
+"""Who can load an export, found by loading it: stock transformers and our own loader.
+
+:func:`try_consumers` runs one child process (``python -I -m fusion_core.export.consumers``,
+in an empty working directory: no code from the model folder or the caller's directory is
+imported) that loads the source model plainly, runs it on seeded synthetic inputs, then
+loads the written export twice and compares each one's main output with the source's:
+
+- ``fusion_core.load(path)``, our loader (reads ``fusion_config`` from config.json);
+- ``<ModelClass>.from_pretrained(path)`` with the installed transformers, which also reads
+  ``fusion_config`` from config.json and applies the fusions it knows itself.
+
+Our loader runs first: transformers' fusion registries are process-wide and leak into later
+loads (DESIGN.md, upstream defect 3), which is also why this happens in a separate process.
+Each consumer gets a status: ``"loads exactly"`` (outputs within the float32 tolerance of
+the source's), ``"refuses to load"`` (an exception), or ``"loads wrong"`` (missing or
+unexpected keys, or other outputs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import ExportError
+
+__all__ = ["LOADS_EXACTLY", "LOADS_WRONG", "REFUSES", "predicted_consumers", "transformers_accepts", "try_consumers"]
+
+LOADS_EXACTLY = "loads exactly"
+REFUSES = "refuses to load"
+LOADS_WRONG = "loads wrong"
+_MARK = "FUSION_CORE_CONSUMERS "
+
+
+def try_consumers(
+    source_folder: Path,
+    written: Path,
+    shown_as: Path,
+    paths: list[str],
+    *,
+    trust_remote_code: bool = False,
+    timeout: float = 1800,
+) -> list[dict[str, Any]]:
+    """Load ``written`` with each consumer in a child process and compare with the source.
+
+    Args:
+        source_folder: the exported model's folder (the reference).
+        written: the folder to load (the export, possibly not yet in place).
+        shown_as: the path a user will load it from (used in ``how``).
+        paths: the fused module paths (their inputs shape the synthetic inputs).
+        trust_remote_code: passed to both loaders.
+        timeout: seconds before the probe is abandoned.
+
+    Returns:
+        ``[{name, status, how, detail, max_abs_diff}]``: our loader, then transformers.
+
+    Raises:
+        ExportError: the child process failed or did not answer.
+    """
+    spec = {
+        "source": str(Path(source_folder).resolve()),
+        "written": str(Path(written).resolve()),
+        "shown_as": str(shown_as),
+        "paths": paths,
+        "trust_remote_code": trust_remote_code,
+    }
+    with tempfile.TemporaryDirectory(prefix="fusion-core-consumers-") as cwd:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-I", "-m", "fusion_core.export.consumers"],
+                input=json.dumps(spec),
+                capture_output=True,
+                text=True,
+                cwd=cwd,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise ExportError(
+                f"trying the consumers of {written} took over {timeout:.0f}s; nothing was written"
+            ) from None
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(_MARK):
+            return list(json.loads(line[len(_MARK) :]))
+    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    raise ExportError(f"trying the consumers of the export failed ({last}); nothing was written")
+
+
+def transformers_accepts(recorded: dict[str, Any]) -> bool:
+    """Whether the installed transformers accepts one of these family names (it would fuse on load).
+
+    Asks transformers' own validation of ``fusion_config`` (no table of ours).
+    """
+    try:
+        from transformers.fusion_mapping import _iter_enabled_fusions
+    except ImportError:  # another transformers: assume it may
+        return True
+    for name, opts in recorded.items():
+        try:
+            if _iter_enabled_fusions({name: opts}):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def predicted_consumers(plan: Any, layout: str, dest: str = "OUT") -> list[dict[str, Any]]:
+    """A dry run before writing: the consumers as far as the plan tells, without loading.
+
+    The transformers status is known only where transformers refuses the family names (or
+    for the original layout, which carries no ``fusion_config``); otherwise it is
+    ``"tried after writing"``: the export loads it, and guards or refuses what it loads wrong.
+    """
+    import transformers
+
+    import fusion_core
+
+    where = json.dumps(dest)
+    cls = plan.model_class
+    recorded = {f.name: f.options or True for f in plan.families if f.discovery.matches}
+    ours = {
+        "name": f"fusion_core {fusion_core.__version__}",
+        "status": LOADS_EXACTLY,
+        "how": f"fusion_core.load({where})",
+        "detail": "predicted; verified by loading after writing",
+    }
+    stock: dict[str, Any] = {
+        "name": f"transformers {transformers.__version__}",
+        "how": f"transformers.{cls}.from_pretrained({where})",
+    }
+    if layout == "original" or not recorded:
+        stock.update(status=LOADS_EXACTLY, detail="predicted: no fusion_config, a plain model")
+    elif not transformers_accepts(recorded):
+        stock.update(status=REFUSES, detail=f"predicted: it does not know the families {', '.join(recorded)}")
+    else:
+        stock.update(
+            status="tried after writing",
+            detail="it knows the family name; loaded after writing, guarded or refused if wrong",
+        )
+    return [ours, stock]
+
+
+def _status(want: Any, got: Any) -> tuple[str, float | None, str]:
+    from ..run.checks import compare
+
+    comparison = compare(want, got, "float32")
+    if comparison.passed:
+        return LOADS_EXACTLY, comparison.max_abs_diff, f"outputs match (max abs diff {comparison.max_abs_diff:.2g})"
+    detail = comparison.note or f"max abs diff {comparison.max_abs_diff:.3g}"
+    return LOADS_WRONG, comparison.max_abs_diff, f"outputs differ from the source model's ({detail})"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def _run(model: Any, found: Any) -> Any:
+    import torch
+
+    from ..run.checks import main_output
+
+    inputs = found[0]
+    with torch.inference_mode():
+        entry = model.get_submodule(inputs.entry) if inputs.entry else model
+        return main_output(entry(**inputs.kwargs))[1]
+
+
+def _probe(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    import torch
+    import transformers
+
+    import fusion_core
+
+    from ..run.loading import load, load_plain
+    from .verify import pick_inputs
+
+    trust = bool(spec["trust_remote_code"])
+    reference = load_plain(spec["source"], dtype="float32", trust_remote_code=trust).eval()
+    with torch.inference_mode():
+        found = pick_inputs(reference, list(spec["paths"]))
+    cls = type(reference)
+    del reference
+    where = json.dumps(spec["shown_as"])
+    consumers = []
+
+    def judge(name: str, how: str, loader: Any) -> None:
+        entry: dict[str, Any] = {"name": name, "status": REFUSES, "how": how, "detail": "", "max_abs_diff": None}
+        consumers.append(entry)
+        try:
+            model, problems = loader()
+        except Exception as e:  # any failure to load is the consumer refusing
+            entry["detail"] = _first_line(e)
+            return
+        if problems:
+            entry.update(status=LOADS_WRONG, detail="; ".join(problems))
+        elif found is None:
+            entry.update(status=LOADS_EXACTLY, detail="no missing or unexpected keys (no synthetic input fits)")
+        else:
+            try:
+                got = _run(model.eval(), found)
+            except Exception as e:  # loads but cannot run: loaded wrong
+                entry.update(status=LOADS_WRONG, detail=f"loads, but does not run: {_first_line(e)}")
+                return
+            status, diff, detail = _status(found[2], got)
+            entry.update(status=status, detail=detail, max_abs_diff=diff)
+
+    def ours() -> tuple[Any, list[str]]:
+        return load(spec["written"], dtype="float32", trust_remote_code=trust).model, []
+
+    def stock() -> tuple[Any, list[str]]:
+        model, info = cls.from_pretrained(
+            spec["written"], dtype=torch.float32, output_loading_info=True, trust_remote_code=trust
+        )
+        problems = []
+        for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+            items = sorted(str(k) for k in info.get(kind) or [])
+            if items:
+                more = f" (and {len(items) - 5} more)" if len(items) > 5 else ""
+                problems.append(f"{kind.replace('_', ' ')}: {', '.join(items[:5])}{more}")
+        return model, problems
+
+    judge(f"fusion_core {fusion_core.__version__}", f"fusion_core.load({where})", ours)
+    judge(f"transformers {transformers.__version__}", f"transformers.{cls.__name__}.from_pretrained({where})", stock)
+    return consumers
+
+
+def _main() -> int:
+    import logging
+    import warnings
+
+    warnings.simplefilter("ignore")
+    logging.disable(logging.WARNING)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    spec = json.loads(sys.stdin.read())
+    result = _probe(spec)
+    sys.stdout.write("\n" + _MARK + json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
