@@ -3,16 +3,17 @@
 For each family, real transformers modules at realistic sizes (random weights) are built
 from configs; the fused twin is a deep copy fused in place by the family
 (``spec.fuse_module``), exactly what fused loading does. Both run the module's own
-``forward`` on the same input under ``torch.inference_mode``; timings are interleaved
-(original, fused, fused, original...) in many short rounds and reported as medians per
-call, with the fused/original speedup of the medians and of the best rounds, side by side
-in one run (on a busy machine the two disagree; the verdict then says "noisy"). Each fused output is checked against the
-original first (max abs difference shown), so a fast wrong module cannot win.
+``forward`` on the same input under ``torch.inference_mode``; timings are the engine's own
+(:func:`fusion_core.run.timing.measure`, what ``fusion-core check`` reports): paired rounds in
+alternating order until the 95% interval of the median speedup is tight or the budget is
+spent, reported as the speedup with its interval and a verdict (faster / slower / same:
+"same" whenever the interval holds 1.0). Each fused output is checked against the original
+first (max abs difference shown), so a fast wrong module cannot win.
 
     .venv/bin/python benchmarks/bench_families.py [--quick] [--family NAME] [--threads N] [--json]
 
-A speedup below 0.95 is marked "does not pay", 0.95-1.05 "neutral". On a busy machine
-``--threads 1`` gives much steadier ratios (one preempted thread stalls a 2-thread GEMM).
+On a busy machine ``--threads 1`` gives much steadier ratios (one preempted thread stalls
+a 2-thread GEMM).
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ import argparse
 import copy
 import json
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -128,15 +127,10 @@ def _fused_copy(module: nn.Module, family: str) -> nn.Module:
     return fused
 
 
-def _time(run: Callable[[], Any], reps: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        run()
-    return (time.perf_counter() - t0) / reps
-
-
 def measure(case: Case, dtype_name: str, budget: float) -> dict[str, Any]:
-    """Median and best seconds per call of the original and fused module, interleaved."""
+    """Speedup of the fused module over the original, with its 95% interval (the engine's timing)."""
+    from fusion_core.run.timing import measure as timed
+
     dtype = getattr(torch, dtype_name)
     torch.manual_seed(0)
     module, run = case.build()
@@ -145,35 +139,20 @@ def measure(case: Case, dtype_name: str, budget: float) -> dict[str, Any]:
     with torch.inference_mode():
         ref, out = run(module, dtype).float(), run(fused, dtype).float()
         diff = (ref - out).abs().max().item()
-        one = min(_time(lambda: run(module, dtype), 1), _time(lambda: run(fused, dtype), 1))
-        # many short rounds: on a shared machine, preemption hits single rounds, not all
-        reps = max(1, min(20, int(0.02 / max(one, 1e-6))))
-        rounds = max(7, min(60, int(budget / (2 * reps * max(one, 1e-6)))))
-        orig, fast = [], []
-        for r in range(rounds):  # alternate which goes first, so drift hits both alike
-            pair = [(orig, module), (fast, fused)]
-            for sink, m in pair if r % 2 == 0 else pair[::-1]:
-                sink.append(_time(lambda m=m: run(m, dtype), reps))
-    o, f = statistics.median(orig), statistics.median(fast)
-    speedup, best = o / f, min(orig) / min(fast)
-    verdict, best_verdict = _verdict(speedup), _verdict(best)
+        t = timed(lambda: run(module, dtype), lambda: run(fused, dtype), min_rounds=7, budget_s=budget)
     return {
         "family": case.family,
         "case": case.label,
         "dtype": dtype_name,
-        "original_ms": o * 1e3,
-        "fused_ms": f * 1e3,
-        "speedup": speedup,
-        "best_speedup": best,
-        # contention only ever adds time: when the medians and the best runs disagree, say so
-        "verdict": verdict if verdict == best_verdict else f"noisy ({verdict} / {best_verdict})",
+        "original_ms": t.original_ms,
+        "fused_ms": t.fused_ms,
+        "speedup": t.speedup,
+        "speedup_low": t.speedup_low,
+        "speedup_high": t.speedup_high,
+        "verdict": t.verdict + (" (noisy)" if t.noisy else ""),
         "max_abs_diff": diff,
-        "calls": rounds * reps,
+        "rounds": t.repeats,
     }
-
-
-def _verdict(speedup: float) -> str:
-    return "pays" if speedup >= 1.05 else ("neutral" if speedup >= 0.95 else "does not pay")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         for dtype in DTYPES:
             rows.append(measure(case, dtype, budget))
-            print(f"  {case.family} {case.label} {dtype}: {rows[-1]['speedup']:.2f}x", file=sys.stderr)
+            r = rows[-1]
+            print(
+                f"  {case.family} {case.label} {dtype}: {r['speedup']:.2f}x [{r['speedup_low']:.2f}, {r['speedup_high']:.2f}]",
+                file=sys.stderr,
+            )
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         print()
@@ -203,16 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     print(_table(rows))
     if hasattr(os, "getloadavg"):
         print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    bad = [r for r in rows if "does not pay" in r["verdict"]]
+    bad = [r for r in rows if r["verdict"].startswith("slower")]
     if bad:
-        print("\ndoes not pay on this machine:")
+        print("\nslower on this machine:")
         for r in bad:
-            print(f"  {r['family']}: {r['case']}, {r['dtype']} ({r['speedup']:.2f}x, best {r['best_speedup']:.2f}x)")
+            print(f"  {r['family']}: {r['case']}, {r['dtype']} ({_interval(r)})")
     return 0
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    headers = ["family", "case", "dtype", "original ms", "fused ms", "speedup", "best", "verdict", "max |diff|"]
+    headers = ["family", "case", "dtype", "original ms", "fused ms", "speedup [95% interval]", "verdict", "max |diff|"]
     cells = [
         [
             r["family"],
@@ -220,8 +203,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
             r["dtype"],
             f"{r['original_ms']:.3f}",
             f"{r['fused_ms']:.3f}",
-            f"{r['speedup']:.2f}x",
-            f"{r['best_speedup']:.2f}x",
+            _interval(r),
             r["verdict"],
             f"{r['max_abs_diff']:.1e}",
         ]
@@ -232,6 +214,10 @@ def _table(rows: list[dict[str, Any]]) -> str:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
+
+
+def _interval(r: dict[str, Any]) -> str:
+    return f"{r['speedup']:.2f}x [{r['speedup_low']:.2f}, {r['speedup_high']:.2f}]"
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, ExportError, UsageError
 from ..model.checkpoint import INDEX_FILE, CheckpointIndex, open_shard
-from ..plan.fusion_plan import GUARD_PREFIX, as_plan
+from ..plan.fusion_config import GUARD_PREFIX
+from ..plan.fusion_plan import as_plan
 from ..plan.layout import check_layout, check_shapes
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from . import files as fs

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExportError
-from ..plan.fusion_plan import GUARD_PREFIX, validate_fusion_config
+from ..plan.fusion_config import GUARD_PREFIX, validate_fusion_config
 from ..plan.layout import listed
 from .writer import OutTensor
 
