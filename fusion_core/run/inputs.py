@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..families._sample_inputs import config_value
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -71,25 +73,6 @@ def entry_module(model: nn.Module, paths: list[str]) -> str:
         if all(p.startswith(name + ".") for p in paths) and (not best or len(name) < len(best)):
             best = name
     return best
-
-
-def config_value(config: Any, *names: str) -> Any:
-    """The first of ``names`` found on ``config`` or its sub-configs (breadth first)."""
-    from transformers import PretrainedConfig
-
-    queue = [config]
-    seen: set[int] = set()
-    while queue:
-        cfg = queue.pop(0)
-        if id(cfg) in seen:
-            continue
-        seen.add(id(cfg))
-        for name in names:
-            value = getattr(cfg, name, None)
-            if value is not None and not isinstance(value, PretrainedConfig):
-                return value
-        queue.extend(v for v in vars(cfg).values() if isinstance(v, PretrainedConfig))
-    return None
 
 
 def special_token_ids(config: Any) -> set[int]:

@@ -301,10 +301,18 @@ def test_export_follows_no_link_out_of_source_or_destination(qwen2_vl_dir, tmp_p
     (src / "tokenizer.json").symlink_to(Path("sub") / ".." / ".." / "secrets" / "key.txt")  # relative escape
     (src / "vocab.json").symlink_to(secrets / "key.txt")  # absolute escape
     (src / "merges.txt").symlink_to(Path("sub") / "gone.txt")  # broken
-    os.mkfifo(src / "added_tokens.json")  # copying a pipe would block forever
+    os.mkfifo(src / "added_tokens.json")  # reading or copying a pipe would block forever
+    # side files transformers reads must be readable regular files: the folder is refused when opened
+    with pytest.raises(ConfigError, match=r"added_tokens\.json: not a regular file"):
+        export(src, tmp_path / "out", {"patch_embeddings": True}, verify_outputs=False)
+    (src / "added_tokens.json").unlink()
+    with pytest.raises(ConfigError, match=r"merges\.txt: cannot be read \(a broken link\?\)"):
+        export(src, tmp_path / "out", {"patch_embeddings": True}, verify_outputs=False)
+    (src / "merges.txt").unlink()
+    assert not (tmp_path / "out").exists()
     result = export(src, tmp_path / "out", {"patch_embeddings": True}, verify_outputs=False)
     out = tmp_path / "out"
-    for name in ("tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json"):
+    for name in ("tokenizer.json", "vocab.json"):  # links out of the folder: never copied
         assert not (out / name).exists(), name
         assert name in dict(result.skipped_files)
     assert all("private" not in p.read_text(errors="ignore") for p in out.iterdir() if p.suffix != ".safetensors")

@@ -36,7 +36,10 @@ def _one_line(code: int, err: str, expected: int, *words: str) -> None:
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["check", "demo:qwen2-vl", "--fusion", "patch_embeddings", "--device", "bogus"], ["unknown device 'bogus'"]),
+        (
+            ["check", "demo:qwen2-vl", "--fusion", "patch_embeddings", "--device", "bogus"],
+            ["'bogus': not a torch device"],
+        ),
         (["check", "demo:qwen2-vl", "--fusion", "patch_embeddings", "--device", "cuda:{n}"], ["cuda:"]),
         (["check", "demo:qwen2-vl", "--fusion", "patch_embeddings", "--seed", "9" * 30], ["out of range"]),
         (["check", "demo:qwen2-vl", "--fusion", "patch_embeddings", "--seed", "-1"], ["out of range"]),

@@ -1,0 +1,48 @@
+"""Our child processes (upstream parity, export consumers), isolated from untrusted code.
+
+A child is started with ``python -I`` (no ``PYTHON*`` variables, no user site, no script
+folder or working directory on ``sys.path``) from an empty temporary folder, and finds
+fusion_core by the path of this installed package alone: a ``json.py`` planted in a model
+folder or in the user's working directory is never imported (DESIGN.md, Security).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["run_isolated"]
+
+# the folder holding the fusion_core package, put first on the child's sys.path
+_ROOT = str(Path(__file__).resolve().parents[2])
+_BOOT = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module(sys.argv[2], run_name='__main__')"
+
+
+def run_isolated(module: str, stdin: str, *, timeout: float, prefix: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m module`` isolated, with ``stdin`` as its input, and return what it printed.
+
+    Args:
+        module: a module of fusion_core with a ``__main__`` block.
+        stdin: the request (JSON text).
+        timeout: seconds before the child is stopped.
+        prefix: name prefix of the empty working folder.
+
+    Raises:
+        subprocess.TimeoutExpired: the child took longer than ``timeout``.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    with tempfile.TemporaryDirectory(prefix=prefix) as neutral:
+        return subprocess.run(
+            [sys.executable, "-I", "-c", _BOOT, _ROOT, module],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=neutral,
+            check=False,
+        )
