@@ -22,11 +22,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import ExportError
+from ..run.isolated import run_isolated
 
 __all__ = ["LOADS_EXACTLY", "LOADS_WRONG", "REFUSES", "predicted_consumers", "transformers_accepts", "try_consumers"]
 
@@ -68,21 +68,12 @@ def try_consumers(
         "paths": paths,
         "trust_remote_code": trust_remote_code,
     }
-    with tempfile.TemporaryDirectory(prefix="fusion-core-consumers-") as cwd:
-        try:
-            done = subprocess.run(
-                [sys.executable, "-I", "-m", "fusion_core.export.consumers"],
-                input=json.dumps(spec),
-                capture_output=True,
-                text=True,
-                cwd=cwd,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise ExportError(
-                f"trying the consumers of {written} took over {timeout:.0f}s; nothing was written"
-            ) from None
+    try:
+        done = run_isolated(
+            "fusion_core.export.consumers", json.dumps(spec), timeout=timeout, prefix="fusion-core-consumers-"
+        )
+    except subprocess.TimeoutExpired:
+        raise ExportError(f"trying the consumers of {written} took over {timeout:.0f}s; nothing was written") from None
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(_MARK):
             return list(json.loads(line[len(_MARK) :]))

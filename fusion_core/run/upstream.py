@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .isolated import run_isolated
 from .results import CheckResult, UpstreamFamily, UpstreamReport
 
 if TYPE_CHECKING:
@@ -119,23 +118,12 @@ def run_upstream(
 
 def _run_worker(request: dict[str, Any], report: UpstreamReport) -> str:
     """Run the isolated worker; fill ``report`` from its answer. Returns an error or ""."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    root = str(Path(__file__).resolve().parents[2])  # the folder holding the fusion_core package
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from fusion_core.run.upstream import main; sys.exit(main())"
-    with tempfile.TemporaryDirectory(prefix="fusion-upstream-") as neutral:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-I", "-c", code, root],
-                input=json.dumps(request),
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_S,
-                env=env,
-                cwd=neutral,
-            )
-        except subprocess.TimeoutExpired:
-            return f"the upstream worker took more than {TIMEOUT_S} s; stopped"
+    try:
+        proc = run_isolated(
+            "fusion_core.run.upstream", json.dumps(request), timeout=TIMEOUT_S, prefix="fusion-upstream-"
+        )
+    except subprocess.TimeoutExpired:
+        return f"the upstream worker took more than {TIMEOUT_S} s; stopped"
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(MARKER)), None)
     if line is None:
         tail = " ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
