@@ -15,7 +15,6 @@ def generate(
     Weights are drawn from a seeded generator on an uninitialized CPU model, which is much
     faster than the model's own init for a >= 1 GB checkpoint.
     """
-    import torch
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
     config = Qwen2VLConfig(
@@ -44,8 +43,19 @@ def generate(
         vision_start_token_id=31992,
         vision_end_token_id=31993,
     )
+    save_random(Qwen2VLForConditionalGeneration, config, folder)
+
+
+def save_random(cls: type, config: object, folder: Path) -> None:
+    """Save ``cls(config)`` with seeded random weights into ``folder`` (atomically: tmp + rename).
+
+    The model is built on the meta device and filled on an uninitialized CPU copy, which is
+    much faster than the model's own init for a >= 1 GB checkpoint.
+    """
+    import torch
+
     with torch.device("meta"):
-        model = Qwen2VLForConditionalGeneration(config)
+        model = cls(config)
     model.to_empty(device="cpu")
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():

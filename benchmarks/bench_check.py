@@ -30,9 +30,7 @@ FULL = {"depth": 32, "embed_dim": 1280, "num_heads": 16, "hidden_size": 1536, "i
 def _generate(folder: Path, depth: int) -> Path:
     if (folder / "config.json").is_file():
         return folder
-    import shutil
 
-    import torch
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
     config = Qwen2VLConfig(
@@ -44,17 +42,9 @@ def _generate(folder: Path, depth: int) -> Path:
         vision_config={**FULL, "depth": depth},
         image_token_id=1990, video_token_id=1991, vision_start_token_id=1992, vision_end_token_id=1993,
     )  # fmt: skip
-    with torch.device("meta"):
-        model = Qwen2VLForConditionalGeneration(config)
-    model.to_empty(device="cpu")
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.02, generator=gen)
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    os.replace(tmp, folder)
+    from _qwen2vl_checkpoint import save_random
+
+    save_random(Qwen2VLForConditionalGeneration, config, folder)
     return folder
 
 
