@@ -148,15 +148,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     Without ``--fusion``, the checkpoint's own ``fusion_config`` (a fused export's).
     """
     from ..errors import UsageError
-    from ..plan.fusion_plan import validate_fusion_config
+    from ..plan.fusion_plan import as_plan, validate_fusion_config
 
     fusion_config = fusion_config_of(args.fusion) if args.fusion else None
     validate_fusion_config(fusion_config)  # a bad family or option is a usage error before the model opens
     insp = _open(args)
-    own = getattr(insp.source.config, "fusion_config", None)  # a fused checkpoint names its own
-    if fusion_config is None and not own:
+    if fusion_config is None and not getattr(insp.source.config, "fusion_config", None):
         raise UsageError("plan: give at least one --fusion NAME (see `fusion-core families`)")
-    plan = insp.plan(fusion_config if fusion_config is not None else own)
+    plan = as_plan(insp, fusion_config)  # without --fusion: the checkpoint's own fusion_config
     if args.json:
         print_json(plan.to_dict())
         return 0
