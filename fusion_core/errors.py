@@ -75,6 +75,10 @@ class Cancelled(FusionError):
     """The user cancelled a long operation; nothing was left half-written."""
 
 
+class EngineStopped(FusionError):
+    """The engine process ended while it ran something (a crash, or killed to cancel for sure)."""
+
+
 def one_line(error: BaseException) -> str:
     """Return a single-line message for ``error`` (what the CLI prints on stderr)."""
     text = str(error).strip() or type(error).__name__

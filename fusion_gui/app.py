@@ -151,12 +151,27 @@ class Scripted(QObject):
         if "model_ready" not in self.times:
             return  # painted from the cache: the shot waits for the live model
         self._mark("live_tree_paint")
+        self._after_plan(self._run_or_ready)
+
+    def _after_plan(self, then) -> bool:
+        """Call ``then`` once the engine's plan for the shown fusions has arrived."""
+        state = self.window.state
+        if state.plan_pending:
+            state.plan_changed.connect(lambda _p: self._after_plan(then), Qt.ConnectionType.SingleShotConnection)
+            return False
+        then()
+        return True
+
+    def _run_or_ready(self) -> None:
         if self.args.run_checks:
             self.window.run_checks()
         else:
             self._on_ready()
 
     def _on_ready(self) -> None:
+        if self.window.state.plan_pending:
+            self.window.state.plan_changed.connect(lambda _p: self._on_ready(), Qt.ConnectionType.SingleShotConnection)
+            return
         diff = self.window.diff
         if diff.pending:  # --tab diff: shoot the diff, not its "Comparing…" line
             diff.diff_ready.connect(lambda _d: self._on_ready(), Qt.ConnectionType.SingleShotConnection)
@@ -240,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         parser.error(str(e))  # exit 2 with the usage line
     # The window shows progress itself; keep transformers' tqdm bars ("Loading weights") off the
-    # terminal. Set before the engine (and so transformers) is imported on the worker.
+    # terminal. Set before the engine process starts (it inherits the environment).
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     app = create_app()
     from .main_window import MainWindow
@@ -260,8 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # a model seen before paints from the cache (plain data, no torch) before the engine loads
     state.show_cached(args.model)
     window.show()
-    app.processEvents()  # the first paint happens before the worker's imports compete for the GIL
-    state.open_model(args.model)  # the engine import and the live inspection, on a worker
+    app.processEvents()
+    state.open_model(args.model)  # in the engine process (started with the state, importing torch meanwhile)
     code = app.exec()
     if driver is not None and driver.exit_code:
         return driver.exit_code

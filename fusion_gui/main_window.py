@@ -33,7 +33,7 @@ from .panels.tree_panel import TreePanel
 from .state import AppState
 
 if TYPE_CHECKING:
-    from fusion_core import Inspection
+    from fusion_core.model.cache import InspectionView
 
 TAB_NAMES = ("fusions", "mapping", "transforms", "diff", "checks", "log")
 
@@ -270,11 +270,11 @@ class MainWindow(QMainWindow):
         self.trust_box.accepted.connect(lambda: self.state.open_model(spec, trust_remote_code=True))
         self.trust_box.open()
 
-    def _on_model_changed(self, insp: Inspection) -> None:
-        src = insp.source
-        weights = "config only" if src.checkpoint is None else f"{len(src.checkpoint.tensors)} tensors"
+    def _on_model_changed(self, insp: InspectionView) -> None:
+        weights = f"{insp.checkpoint_files} weight file(s)" if insp.has_checkpoint else "config only"
         self.setWindowTitle(f"{insp.name} — Fusion Inspector")
-        self.model_label.setText(f"<b>{insp.name}</b> · {src.model_class.__name__} · {weights}")
+        self.model_label.setText(f"<b>{insp.name}</b> · {insp.model_class} · {weights}")
+        self.model_label.setToolTip(insp.describe)
         self.params_label.setText(f"{human_count(insp.tree.total_params)} parameters · {len(insp.tree)} modules")
         self.tree.fit_columns()
         self._update_actions()

@@ -1,7 +1,10 @@
 """AppState: the one object the panels share (the open model, chosen fusions, plan, results).
 
 Panels never import each other: they read this state and react to its signals; user
-actions call its methods. Every long operation goes through :class:`JobManager`.
+actions call its methods. Everything the engine computes (opening, plans, the diff,
+checks, export) is a job of the engine process (:class:`JobManager`); the state holds
+only its plain-data answers: an :class:`~fusion_core.model.cache.InspectionView`, a
+:class:`~fusion_core.plan.view.PlanView`, a ``CheckResult``, an ``ExportResult``.
 """
 
 from __future__ import annotations
@@ -9,18 +12,20 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from . import operations
 from .jobs import Job, JobManager
 from .settings import Settings
 
 if TYPE_CHECKING:
-    from fusion_core import Discovery, FusionPlan, Inspection
-    from fusion_core.model.cache import CachedInspection
+    from fusion_core.model.cache import CachedDiscovery, InspectionView
+    from fusion_core.plan.view import PlanView
+
+    from .engine import Engine
 
 log = logging.getLogger("fusion_gui.state")
 
@@ -28,9 +33,12 @@ log = logging.getLogger("fusion_gui.state")
 def error_text(error: BaseException) -> tuple[str, str]:
     """(message, details) for a dialog: the core's own message; a traceback only for bugs."""
     from fusion_core.errors import FusionError
+    from fusion_core.host.wire import EngineFailure
 
     if isinstance(error, FusionError):
         return str(error).strip() or type(error).__name__, ""
+    if isinstance(error, EngineFailure):  # a bug in the engine process: its own traceback
+        return f"Unexpected error: {error.kind}: {error}", error.details
     details = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     return f"Unexpected error: {type(error).__name__}: {error}", details
 
@@ -44,10 +52,10 @@ def _ancestors(path: str):
 class AppState(QObject):
     """Shared application state with signals; lives on the GUI thread."""
 
-    model_changed = Signal(object)  # Inspection
-    preview_ready = Signal(object)  # CachedInspection: a model seen before, from the cache, before the engine loads
+    model_changed = Signal(object)  # InspectionView (the engine has the model open)
+    preview_ready = Signal(object)  # InspectionView: a model seen before, from the cache, before the engine loads
     fusions_changed = Signal()  # order or enabled set changed (highlights follow)
-    plan_changed = Signal(object)  # FusionPlan, or None with `plan_error` set
+    plan_changed = Signal(object)  # PlanView, or None with `plan_error` set
     module_selected = Signal(str)  # the tree's current module (path)
     reveal_requested = Signal(str)  # someone wants this module shown in the tree
     tab_requested = Signal(str)  # someone wants this tab shown (main_window.TAB_NAMES)
@@ -65,19 +73,24 @@ class AppState(QObject):
     job_ended = Signal(str, str, str)  # name, outcome ("ok" | "failed" | "cancelled"), message
     busy_changed = Signal(bool)  # a user job started (True) or finished (False)
 
-    def __init__(self, settings: Settings | None = None, parent: QObject | None = None) -> None:
+    def __init__(
+        self, settings: Settings | None = None, parent: QObject | None = None, engine: Engine | None = None
+    ) -> None:
         super().__init__(parent)
         self.settings = settings or Settings()
-        self.jobs = JobManager(self)
+        self.jobs = JobManager(self, engine)
+        self.session = uuid.uuid4().hex[:12]  # this window's model in the engine process
         self.jobs.job_started.connect(lambda _job: self.busy_changed.emit(True))
         self.jobs.job_finished.connect(lambda _job: self.busy_changed.emit(False))
-        self.inspection: Inspection | None = None
-        self.preview: CachedInspection | None = None  # shown until the live inspection is ready
+        self.inspection: InspectionView | None = None  # the model open in the engine
+        self.preview: InspectionView | None = None  # from the cache, shown until the engine has it open
         self.spec: str = ""
         self.family_order: list[str] = []
         self.enabled: set[str] = set()
-        self.plan: FusionPlan | None = None
+        self.plan: PlanView | None = None
         self.plan_error: str = ""
+        self.plan_pending = False  # a plan was asked of the engine and has not arrived
+        self._plan_job: Job | None = None
         self.check_result: Any = None
         self.selected_path: str = ""
         saved = self.settings.fusions()
@@ -101,9 +114,13 @@ class AppState(QObject):
         if self.jobs.busy:
             self.error_raised.emit("Busy", f"Wait for the {self.jobs.current.name} job to finish, or cancel it.", "")
             return None
+        from fusion_core.model.cache import view_from_data
+
         job = self._start(
             "open",
-            operations.open_model(spec, trust_remote_code=trust_remote_code),
+            "open",
+            {"session": self.session, "spec": spec, "trust_remote_code": trust_remote_code},
+            view_from_data,
             f"Opening {spec}",
             f"Opened {spec}",
         )
@@ -141,15 +158,13 @@ class AppState(QObject):
         order = [n for n in order if n in known] + [n for n in known if n not in order]
         self.family_order, self.enabled = order, {n for n in enabled if n in known}
 
-    def _on_opened(self, spec: str, insp: Inspection) -> None:
-        from fusion_core import REGISTRY
-
+    def _on_opened(self, spec: str, insp: InspectionView) -> None:
         self.inspection = insp
         self.preview = None
         self.spec = spec
         self.check_result = None
         self.selected_path = ""
-        self._init_fusions(list(REGISTRY))
+        self._init_fusions(list(insp.families))
         self.recent_changed.emit(self.settings.add_recent_model(spec))
         self.model_changed.emit(insp)
         self.checks_cleared.emit()
@@ -174,8 +189,14 @@ class AppState(QObject):
         """The enabled families in the user's order (what the core applies)."""
         return {name: True for name in self.family_order if name in self.enabled}
 
-    def discovery(self, family: str) -> Discovery | None:
-        return self.inspection.discovery(family) if self.inspection is not None else None
+    @property
+    def shown(self) -> InspectionView | None:
+        """The model on show: the open one, or the cached preview before it is open."""
+        return self.inspection if self.inspection is not None else self.preview
+
+    def discovery(self, family: str) -> CachedDiscovery | None:
+        shown = self.shown
+        return shown.discovery(family) if shown is not None else None
 
     def set_family_enabled(self, name: str, on: bool) -> None:
         if (name in self.enabled) == on:
@@ -229,9 +250,9 @@ class AppState(QObject):
         """Why Run checks cannot work now ('' when it can)."""
         if self.inspection is None:
             return "open a model first"
-        if self.plan is None:
-            return f"the enabled fusions conflict: {self.plan_error}" if self.plan_error else "no plan"
-        if self.inspection.source.checkpoint is None:
+        if self.plan is None or self.plan_pending:
+            return self._plan_blocker()
+        if not self.inspection.has_checkpoint:
             return "the model has no weights (config only): checks need a checkpoint"
         if self.jobs.busy:
             return "wait for the running job"
@@ -241,26 +262,65 @@ class AppState(QObject):
         """Why Export cannot work now ('' when it can)."""
         if self.inspection is None:
             return "open a model first"
-        if self.plan is None:
-            return f"the enabled fusions conflict: {self.plan_error}" if self.plan_error else "no plan"
-        if self.inspection.source.checkpoint is None:
+        if self.plan is None or self.plan_pending:
+            return self._plan_blocker()
+        if not self.inspection.has_checkpoint:
             return "the model has no weights (config only): there is no checkpoint to convert"
         if self.jobs.busy:
             return "wait for the running job"
         return ""
 
-    def _replan(self) -> None:
-        from fusion_core.errors import FusionError
+    def _plan_blocker(self) -> str:
+        if self.plan_pending:
+            return "the plan is being computed"
+        return f"the enabled fusions conflict: {self.plan_error}" if self.plan_error else "no plan"
 
-        self.plan, self.plan_error = None, ""
-        if self.inspection is not None:
-            try:
-                self.plan = self.inspection.plan(self.fusion_config)
-            except FusionError as e:
-                self.plan_error = str(e)
-                log.warning("plan: %s", e)
+    def _replan(self) -> None:
+        """Highlights follow at once (from discovery); the plan is asked of the engine (``plan_changed``)."""
+        from fusion_core.host.wire import from_plain
+        from fusion_core.plan.view import PlanView
+
         self.fusions_changed.emit()
-        self.plan_changed.emit(self.plan)
+        if self._plan_job is not None:
+            self._plan_job.succeeded.disconnect()
+            self._plan_job.failed.disconnect()
+            self._plan_job = None
+        if self.inspection is None:
+            self.plan, self.plan_error, self.plan_pending = None, "", False
+            self.plan_changed.emit(None)
+            return
+        self.plan_pending = True
+        job = self.jobs.start(
+            "plan",
+            "plan",
+            {"session": self.session, "fusion_config": self.fusion_config},
+            decode=lambda data: from_plain(PlanView, data),
+            background=True,
+        )
+        self._plan_job = job
+        job.succeeded.connect(lambda plan: self._on_planned(plan, ""))
+        job.failed.connect(lambda e: self._on_planned(None, error_text(e)[0]))
+
+    def _on_planned(self, plan: PlanView | None, error: str) -> None:
+        self._plan_job = None
+        self.plan, self.plan_error, self.plan_pending = plan, error, False
+        if error:
+            log.warning("plan: %s", error)
+        self.plan_changed.emit(plan)
+        self.fusions_changed.emit()  # the actions' reasons follow the plan
+
+    def request(self, name: str, op: str, decode: Any = None, fusion_config: Any = None, **args: Any) -> Job:
+        """A quick background request about the open model (``diff``, ``consumers``): with ``fusion_config``,
+        or the plan on show's."""
+        if fusion_config is None:
+            fusion_config = self.plan.fusion_config if self.plan is not None else self.fusion_config
+        return self.jobs.start(
+            name,
+            op,
+            {"session": self.session, "fusion_config": fusion_config, **args},
+            decode=decode,
+            background=True,
+        )
 
     # selection -------------------------------------------------------------------------
     def select_module(self, path: str) -> None:
@@ -287,10 +347,35 @@ class AppState(QObject):
         ``workload``: the other keyword arguments of ``fusion_core.run.checks.iter_check``
         (device, image_size, frames, seq_len, batch, threads, modules_only, time_budget...).
         """
-        if self.plan is None or self.jobs.busy:
+        from fusion_core.host.wire import from_plain
+        from fusion_core.run.results import CheckResult
+
+        if self.plan is None or self.plan_pending or self.jobs.busy:
             return None
-        factory = operations.run_checks(self.plan, dtype=dtype, repeats=repeats, upstream=upstream, **workload)
-        job = self._start("checks", factory, f"Checking {self.spec} ({dtype})", f"Checked {self.spec} ({dtype})")
+        log.info(
+            "checks: %s, %s, dtype %s, %d repeats, %s",
+            self.spec,
+            list(self.plan.fusion_config),
+            dtype,
+            repeats,
+            workload,
+        )
+        args = {
+            "session": self.session,
+            "fusion_config": self.plan.fusion_config,
+            "dtype": dtype,
+            "repeats": repeats,
+            "upstream": upstream,
+            **{k: (str(v) if isinstance(v, Path) else v) for k, v in workload.items()},
+        }
+        job = self._start(
+            "checks",
+            "check",
+            args,
+            lambda data: from_plain(CheckResult, data),
+            f"Checking {self.spec} ({dtype})",
+            f"Checked {self.spec} ({dtype})",
+        )
         job.succeeded.connect(self._on_checks_done)
         job.failed.connect(lambda e: self._report("Checks failed", e))
         return job
@@ -303,17 +388,29 @@ class AppState(QObject):
         self, out_dir: Path, *, layout: str, max_shard_size: int | str, overwrite: bool, on_wrong_load: str = "guard"
     ) -> Job | None:
         """Write a converted checkpoint of the plan on show to ``out_dir``."""
-        if self.plan is None or self.jobs.busy:
+        from fusion_core.export.result import ExportResult
+        from fusion_core.host.wire import from_plain
+
+        if self.plan is None or self.plan_pending or self.jobs.busy:
             return None
-        factory = operations.run_export(
-            self.plan,
-            Path(out_dir),
-            layout=layout,
-            max_shard_size=max_shard_size,
-            overwrite=overwrite,
-            on_wrong_load=on_wrong_load,
+        log.info("export: %s -> %s (layout %s, shards <= %s)", self.spec, out_dir, layout, max_shard_size)
+        args = {
+            "session": self.session,
+            "fusion_config": self.plan.fusion_config,
+            "out_dir": str(out_dir),
+            "layout": layout,
+            "max_shard_size": max_shard_size,
+            "overwrite": overwrite,
+            "on_wrong_load": on_wrong_load,
+        }
+        job = self._start(
+            "export",
+            "export",
+            args,
+            lambda data: from_plain(ExportResult, data),
+            f"Exporting {self.spec} to {out_dir}",
+            f"Exported to {out_dir}",
         )
-        job = self._start("export", factory, f"Exporting {self.spec} to {out_dir}", f"Exported to {out_dir}")
         job.succeeded.connect(self.export_finished.emit)
         return job
 
@@ -321,8 +418,8 @@ class AppState(QObject):
         self.jobs.cancel_current()
 
     # plumbing --------------------------------------------------------------------------
-    def _start(self, name: str, factory: Any, description: str, done: str) -> Job:
-        job = self.jobs.start(name, factory)
+    def _start(self, name: str, op: str, args: dict[str, Any], decode: Any, description: str, done: str) -> Job:
+        job = self.jobs.start(name, op, args, decode=decode)
         t0 = time.perf_counter()
         job.progressed.connect(lambda d, t, m: self.job_progressed.emit(name, d, t, m))
         job.succeeded.connect(lambda _r: self.job_ended.emit(name, "ok", f"{done} in {time.perf_counter() - t0:.1f} s"))
@@ -343,6 +440,7 @@ class AppState(QObject):
 
     @Slot()
     def shutdown(self) -> None:
-        """Cancel the running job and wait for the workers (window closing)."""
+        """Cancel the running job, wait for the engine's answers, and drop this window's model there."""
         self.jobs.cancel_current()
         self.jobs.wait_for_done(10_000)
+        self.jobs.engine.forget(self.session)

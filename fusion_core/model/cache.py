@@ -29,7 +29,7 @@ from typing import Any
 from .tree import ModuleNode, ModuleTree, TensorSpec
 
 FORMAT = "fusion-inspector-inspection"
-VERSION = 1
+VERSION = 2
 MAX_BYTES = 32 * 1024 * 1024  # a 200k-module tree is ~30 MB; anything larger is not ours
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_ENTRIES = 64
@@ -46,6 +46,7 @@ class CachedMatch:
     class_name: str
     fused_class_name: str
     reason: str = ""
+    class_path: str = ""  # module.qualname of the original class
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,30 @@ class CachedDiscovery:
     matches: list[CachedMatch] = field(default_factory=list)
     rejected: list[CachedRejection] = field(default_factory=list)
     empty_message: str = ""
+    #: modules that look like the family's target under other names ("not a candidate: ...")
+    near_misses: list[CachedRejection] = field(default_factory=list)
+
+    @property
+    def matched_paths(self) -> list[str]:
+        return [m.path for m in self.matches]
+
+
+@dataclass(frozen=True)
+class FamilyInfo:
+    """A registered family as the window describes it (its spec is not imported)."""
+
+    name: str
+    description: str = ""
+    options: dict[str, str] = field(default_factory=dict)  # option -> what it accepts
 
 
 @dataclass
-class CachedInspection:
-    """What the window shows of a model before the live inspection is ready."""
+class InspectionView:
+    """An opened model as plain data: what the window shows, from the cache or from the engine.
+
+    The window never holds the live :class:`fusion_core.Inspection` (the meta model lives in
+    the engine process, :mod:`fusion_core.host`); it holds this.
+    """
 
     spec: str
     name: str
@@ -73,9 +93,23 @@ class CachedInspection:
     tree: ModuleTree
     families: list[str]  # the registered families, in registry order
     discoveries: dict[str, CachedDiscovery]
+    describe: str = ""  # the source, one line (ModelSource.describe)
+    checkpoint_files: int = -1  # weight files; -1: no checkpoint (config only)
+    folder: str = ""  # the model's folder (a local or cached source), else ""
+    family_info: dict[str, FamilyInfo] = field(default_factory=dict)
+
+    @property
+    def has_checkpoint(self) -> bool:
+        return self.checkpoint_files >= 0
 
     def discovery(self, family: str) -> CachedDiscovery:
         return self.discoveries.get(family) or CachedDiscovery(family)
+
+    def info(self, family: str) -> FamilyInfo:
+        return self.family_info.get(family) or FamilyInfo(family)
+
+
+CachedInspection = InspectionView  # the name this module had before the engine moved out of the GUI
 
 
 def cache_folder() -> Path:
@@ -152,8 +186,17 @@ def _tensors(specs: list[TensorSpec]) -> list[list[Any]]:
     return [[t.name, list(t.shape), t.dtype, t.tied_to] for t in specs]
 
 
-def to_data(spec: str, insp: Any, families: list[str]) -> dict[str, Any]:
-    """Plain data of an opened model (``insp``: a :class:`fusion_core.Inspection`) for :func:`save`."""
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _rejections(items: Any) -> list[list[str]]:
+    return [[r.path, r.class_name, r.reason] for r in items]
+
+
+def to_data(spec: str, insp: Any, families: dict[str, FamilyInfo]) -> dict[str, Any]:
+    """Plain data of an opened model (``insp``: a :class:`fusion_core.Inspection`) for :func:`save`
+    and for the window (:func:`view_from_data`); ``families``: the registered ones, in order."""
     nodes = [
         [
             n.path,
@@ -172,10 +215,16 @@ def to_data(spec: str, insp: Any, families: list[str]) -> dict[str, Any]:
     for name in families:
         d = insp.discovery(name)
         discoveries[name] = {
-            "matches": [[m.path, m.original_class.__name__, m.fused_class.__name__, m.reason] for m in d.matches],
-            "rejected": [[r.path, r.class_name, r.reason] for r in d.rejected],
+            "matches": [
+                [m.path, m.original_class.__name__, m.fused_class.__name__, m.reason, _class_path(m.original_class)]
+                for m in d.matches
+            ],
+            "rejected": _rejections(d.rejected),
+            "near_misses": _rejections(d.near_misses),
             "message": d.empty_message,
         }
+    info = {name: {"description": f.description, "options": dict(f.options)} for name, f in families.items()}
+    ckpt = insp.source.checkpoint
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -185,11 +234,16 @@ def to_data(spec: str, insp: Any, families: list[str]) -> dict[str, Any]:
         "nodes": nodes,
         "families": list(families),
         "discovery": discoveries,
+        "family_info": info,
+        "describe": insp.source.describe(),
+        "checkpoint_files": len(ckpt.files) if ckpt is not None else -1,
+        "folder": str(insp.source.folder) if insp.source.folder is not None else "",
     }
 
 
-def save(spec: str, insp: Any, families: list[str]) -> Path | None:
-    """Store ``insp`` (tree and the discovery of ``families``) for ``spec``; None if not cacheable.
+def save(spec: str, data: dict[str, Any]) -> Path | None:
+    """Store ``data`` (:func:`to_data`: the tree and every family's discovery) for ``spec``;
+    None if not cacheable.
 
     Written atomically (a temporary file, then renamed); the oldest entries beyond
     :data:`MAX_ENTRIES` are removed. Errors are logged, never raised: the cache is an
@@ -199,15 +253,15 @@ def save(spec: str, insp: Any, families: list[str]) -> Path | None:
     if key is None:
         return None
     try:
-        data = json.dumps({**to_data(spec, insp, families), "key": key}, separators=(",", ":")).encode()
-        if len(data) > MAX_BYTES:
+        text = json.dumps({**data, "key": key}, separators=(",", ":")).encode()
+        if len(text) > MAX_BYTES:
             return None
         folder = cache_folder()
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{key}.json"
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            f.write(text)
         os.replace(tmp, target)
         entries = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in entries[MAX_ENTRIES:]:
@@ -292,12 +346,50 @@ def _tree(nodes: Any) -> ModuleTree:
 def _discovery(name: str, value: Any) -> CachedDiscovery:
     if not isinstance(value, dict):
         raise _Invalid("discovery must be an object")
-    matches = [CachedMatch(*(_str(x) for x in _list(m, 4))) for m in _list(value.get("matches"))]
+    matches = [CachedMatch(*(_str(x) for x in _list(m, 5))) for m in _list(value.get("matches"))]
     rejected = [CachedRejection(*(_str(x) for x in _list(r, 3))) for r in _list(value.get("rejected"))]
-    return CachedDiscovery(name, matches, rejected, _str(value.get("message")))
+    near = [CachedRejection(*(_str(x) for x in _list(r, 3))) for r in _list(value.get("near_misses"))]
+    return CachedDiscovery(name, matches, rejected, _str(value.get("message")), near)
 
 
-def from_data(data: Any, key: str) -> CachedInspection:
+def _family_info(name: str, value: Any) -> FamilyInfo:
+    if not isinstance(value, dict) or not isinstance(value.get("options"), dict):
+        raise _Invalid("family info must be an object with options")
+    return FamilyInfo(name, _str(value.get("description")), {_str(k): _str(v) for k, v in value["options"].items()})
+
+
+def view_from_data(data: Any) -> InspectionView:
+    """Validate and rebuild the plain data of :func:`to_data` (the engine's answer to "open").
+
+    Raises:
+        ValueError: anything that is not exactly that structure.
+    """
+    if not isinstance(data, dict):
+        raise _Invalid("an inspection must be an object")
+    families = [_str(f) for f in _list(data.get("families"))]
+    raw, info = data.get("discovery"), data.get("family_info")
+    if not isinstance(raw, dict) or set(raw) != set(families):
+        raise _Invalid("discovery does not match the families")
+    if not isinstance(info, dict) or set(info) != set(families):
+        raise _Invalid("family info does not match the families")
+    files = data.get("checkpoint_files")
+    if not isinstance(files, int) or isinstance(files, bool) or files < -1:
+        raise _Invalid(f"expected a file count, got {files!r}")
+    return InspectionView(
+        spec=_str(data.get("spec")),
+        name=_str(data.get("name")),
+        model_class=_str(data.get("model_class")),
+        tree=_tree(data.get("nodes")),
+        families=families,
+        discoveries={name: _discovery(name, raw[name]) for name in families},
+        describe=_str(data.get("describe")),
+        checkpoint_files=files,
+        folder=_str(data.get("folder")),
+        family_info={name: _family_info(name, info[name]) for name in families},
+    )
+
+
+def from_data(data: Any, key: str) -> InspectionView:
     """Validate and rebuild an entry.
 
     Raises:
@@ -307,21 +399,10 @@ def from_data(data: Any, key: str) -> CachedInspection:
         raise _Invalid("not a model cache entry of this version")
     if data.get("key") != key:
         raise _Invalid("entry for another key")
-    families = [_str(f) for f in _list(data.get("families"))]
-    raw = data.get("discovery")
-    if not isinstance(raw, dict) or set(raw) != set(families):
-        raise _Invalid("discovery does not match the families")
-    return CachedInspection(
-        spec=_str(data.get("spec")),
-        name=_str(data.get("name")),
-        model_class=_str(data.get("model_class")),
-        tree=_tree(data.get("nodes")),
-        families=families,
-        discoveries={name: _discovery(name, raw[name]) for name in families},
-    )
+    return view_from_data(data)
 
 
-def load(spec: str) -> CachedInspection | None:
+def load(spec: str) -> InspectionView | None:
     """The cached entry of ``spec`` when there is a valid one for its current key, else None."""
     key = cache_key(spec)
     if key is None:

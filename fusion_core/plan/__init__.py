@@ -1,21 +1,33 @@
 """The plan: discovery on the meta model, checkpoint key names, and the validated :class:`FusionPlan`.
 
-What the user previews is the object that load, check and export run.
+What the user previews is the object that load, check and export run. The names below are
+imported on first use, so that the plain-data modules of this package (``view``, ``diff``'s
+result types) can be imported without torch, by the window.
 """
 
 from __future__ import annotations
 
-from .fusion_config import FusionConfig, configured_family, validate_fusion_config
-from .fusion_plan import CheckpointTransform, FamilyPlan, FusionPlan, Inspection, as_plan, inspect_model
+import importlib
+from typing import Any
 
-__all__ = [
-    "CheckpointTransform",
-    "FamilyPlan",
-    "FusionConfig",
-    "FusionPlan",
-    "Inspection",
-    "as_plan",
-    "configured_family",
-    "inspect_model",
-    "validate_fusion_config",
-]
+_API = {
+    "FusionConfig": "fusion_config",
+    "configured_family": "fusion_config",
+    "validate_fusion_config": "fusion_config",
+    "CheckpointTransform": "fusion_plan",
+    "FamilyPlan": "fusion_plan",
+    "FusionPlan": "fusion_plan",
+    "Inspection": "fusion_plan",
+    "as_plan": "fusion_plan",
+    "inspect_model": "fusion_plan",
+}
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str) -> Any:
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -95,6 +95,18 @@ def check_device(device: str) -> str:
     return str(dev)
 
 
+def available_devices() -> list[str]:
+    """cpu, plus cuda / mps where this machine has them (what ``--device`` accepts here)."""
+    import torch
+
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices += ["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        devices.append("mps")
+    return devices
+
+
 def iter_check(
     source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,

@@ -14,11 +14,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["run_isolated"]
+__all__ = ["isolated_command", "run_isolated"]
 
 # the folder holding the fusion_core package, put first on the child's sys.path
 _ROOT = str(Path(__file__).resolve().parents[2])
 _BOOT = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module(sys.argv[2], run_name='__main__')"
+
+
+def isolated_command(module: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that run ``python -m module`` isolated (see the module docstring).
+
+    Start it from an empty folder: :func:`run_isolated` does; the window's engine process
+    (:mod:`fusion_core.host`) does with its own.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    return [sys.executable, "-I", "-c", _BOOT, _ROOT, module], env
 
 
 def run_isolated(module: str, stdin: str, *, timeout: float, prefix: str) -> subprocess.CompletedProcess[str]:
@@ -33,11 +44,10 @@ def run_isolated(module: str, stdin: str, *, timeout: float, prefix: str) -> sub
     Raises:
         subprocess.TimeoutExpired: the child took longer than ``timeout``.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    argv, env = isolated_command(module)
     with tempfile.TemporaryDirectory(prefix=prefix) as neutral:
         return subprocess.run(
-            [sys.executable, "-I", "-c", _BOOT, _ROOT, module],
+            argv,
             input=stdin,
             capture_output=True,
             text=True,

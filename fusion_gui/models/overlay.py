@@ -19,7 +19,7 @@ from PySide6.QtGui import QColor
 from .. import style
 
 if TYPE_CHECKING:
-    from fusion_core import ModuleNode
+    from fusion_core.model.tree import ModuleNode
 
 
 def _ancestors(path: str):

@@ -28,7 +28,7 @@ from ..format import human_count, shape_text
 from .overlay import NodeFilter, Overlay
 
 if TYPE_CHECKING:
-    from fusion_core import ModuleNode, ModuleTree
+    from fusion_core.model.tree import ModuleNode, ModuleTree
 
 Index = QModelIndex | QPersistentModelIndex
 

@@ -139,6 +139,8 @@ class ChecksPanel(QWidget):
             "also load through transformers' own fusion_config (in a separate, isolated process), per family"
         )
         self.workload = WorkloadControls()
+        devices = state.jobs.start("devices", "devices", {}, background=True)
+        devices.succeeded.connect(self.workload.set_devices)
         self.run_button = QPushButton("Run checks")
         self.run_button.setToolTip("Fused load + per-module and end-to-end checks (Ctrl+R)")
         self.cancel_button = QPushButton("Cancel")

@@ -11,7 +11,7 @@ from .. import style
 from ..format import human_count, shape_text
 
 if TYPE_CHECKING:
-    from fusion_core import ModuleNode
+    from fusion_core.model.tree import ModuleNode
 
     from ..state import AppState
 

@@ -29,7 +29,7 @@ from ..format import human_count, shape_text
 from ..models.table_model import Column, RowRole, RowsTableModel, TextFilterProxy, natural_widths, share_width
 
 if TYPE_CHECKING:
-    from fusion_core import FusionPlan
+    from fusion_core.plan.view import PlanView
 
     from ..state import AppState
 
@@ -93,7 +93,7 @@ class DiffPanel(QWidget):
         super().__init__(parent)
         self.state = state
         self.diff: Any = None
-        self._plan: FusionPlan | None = None
+        self._plan: PlanView | None = None
         self._dirty = False
         self._running: Any = None  # the plan whose diff job is running
         self.summary = QLabel("Open a model to compare it with its fused form.")
@@ -131,7 +131,7 @@ class DiffPanel(QWidget):
         return self.isVisible() and (self._dirty or self._timer.isActive() or self._running is not None)
 
     # plan -> diff ----------------------------------------------------------------------
-    def _on_plan_changed(self, plan: FusionPlan | None) -> None:
+    def _on_plan_changed(self, plan: PlanView | None) -> None:
         self._plan, self._dirty = plan, True
         if self.isVisible():
             self._timer.start()
@@ -158,21 +158,22 @@ class DiffPanel(QWidget):
             self._fill(None)
             self.diff_ready.emit(None)
             return
-        from ..jobs import call
+        from fusion_core.host.wire import from_plain
+        from fusion_core.plan.diff import PlanDiff
 
         self._running = plan
         self._set_summary("Comparing the original model with the fused one…")
-        job = self.state.jobs.start("diff", call(_diff, plan, message="diff"), background=True)
+        job = self.state.request("diff", "diff", lambda data: from_plain(PlanDiff, data), plan.fusion_config)
         job.succeeded.connect(lambda result, p=plan: self._on_done(p, result))
         job.failed.connect(lambda error, p=plan: self._on_failed(p, error))
 
-    def _on_done(self, plan: FusionPlan, result: Any) -> None:
+    def _on_done(self, plan: PlanView, result: Any) -> None:
         if plan is self._running:
             self._running = None
         if plan is self._plan:  # a stale diff (the families changed meanwhile) is dropped
             self._show(result)
 
-    def _on_failed(self, plan: FusionPlan, error: BaseException) -> None:
+    def _on_failed(self, plan: PlanView, error: BaseException) -> None:
         from ..state import error_text
 
         if plan is self._running:
@@ -252,10 +253,3 @@ class DiffPanel(QWidget):
     def rows(self, which: str = "keys") -> list[dict[str, Any]]:
         """The rows shown (after the filter and sorting) of the ``modules`` or ``keys`` table."""
         return (self.keys_proxy if which == "keys" else self.modules_proxy).visible_rows()
-
-
-def _diff(plan: FusionPlan) -> Any:
-    """Runs on a worker thread (the core is imported there)."""
-    from fusion_core.plan.diff import diff_plan
-
-    return diff_plan(plan)

@@ -40,7 +40,7 @@ class ExportDialog(QDialog):
         self.state = state
         self.job: Job | None = None
         self.result: Any = None
-        source = state.inspection.source if state.inspection is not None else None
+        shown = state.inspection
 
         self.dest_edit = QLineEdit()
         browse = QPushButton("Browse…")
@@ -103,7 +103,7 @@ class ExportDialog(QDialog):
         layout.addLayout(buttons)
 
         fusions = ", ".join(state.fusion_config) or "none"
-        if source is None or source.checkpoint is None:
+        if shown is None or not shown.has_checkpoint:
             self.note.setText("This source has no weights (config only): there is nothing to export.")
             self.note.setProperty("role", "warn")
             self.export_button.setEnabled(False)
@@ -113,7 +113,7 @@ class ExportDialog(QDialog):
                 "The output is written to a temporary folder, verified, then moved into place; "
                 "the source folder is only read."
             )
-            base = source.folder if source.folder is not None else Path.cwd()
+            base = Path(shown.folder) if shown.folder else Path.cwd()
             self.dest_edit.setText(str(base.parent / f"{base.name}-fused"))
 
         browse.clicked.connect(self._browse)
@@ -146,13 +146,16 @@ class ExportDialog(QDialog):
 
     def _show_predicted(self) -> None:
         """Before writing: who is expected to load the export (a dry run on the plan, no tensors)."""
-        from fusion_core.export.consumers import predicted_consumers
-
         if self.state.plan is None:
             self.consumers.setText("")
             return
-        rows = predicted_consumers(self.state.plan, self.layout_box.currentData())
-        self.consumers.setText(_consumer_rows(rows, "before writing (predicted; tried by loading after writing)"))
+        layout = self.layout_box.currentData()
+        job = self.state.request("consumers", "consumers", layout=layout)
+        job.succeeded.connect(lambda rows, layout=layout: self._on_predicted(layout, rows))
+
+    def _on_predicted(self, layout: str, rows: list[dict[str, Any]]) -> None:
+        if layout == self.layout_box.currentData() and self.job is None and self.result is None:
+            self.consumers.setText(_consumer_rows(rows, "before writing (predicted; tried by loading after writing)"))
 
     def _on_dest_changed(self, _text: str) -> None:
         dest = self.destination
@@ -166,7 +169,7 @@ class ExportDialog(QDialog):
 
     def _update_buttons(self) -> None:
         running = self.job is not None
-        has_weights = self.state.inspection is not None and self.state.inspection.source.checkpoint is not None
+        has_weights = self.state.inspection is not None and self.state.inspection.has_checkpoint
         blocked = self.replace_box.isVisible() and not self.replace_box.isChecked()
         self.export_button.setEnabled(
             not running and has_weights and bool(self.dest_edit.text().strip()) and not blocked

@@ -21,6 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fusion_core.model.cache import FamilyInfo
+
 from .. import style
 from ..format import natural_key
 
@@ -77,13 +79,12 @@ class FamilyDelegate(QStyledItemDelegate):
         return QSize(width - 8, int(doc.size().height()) + 4)
 
 
-def family_tooltip(spec: object, discovery: object | None) -> str:
+def family_tooltip(info: FamilyInfo, discovery: object | None) -> str:
     """The description, the options the family accepts (``fusion_config``), then the first rejections."""
-    lines = [spec.description]  # type: ignore[attr-defined]
-    schema = spec.options_schema()  # type: ignore[attr-defined]
-    if schema:
+    lines = [info.description]
+    if info.options:
         lines.append("Options (fusion_config):")
-        lines += [f"  {name}: {option.describe()}" for name, option in schema.items()]
+        lines += [f"  {name}: {accepts}" for name, accepts in info.options.items()]
     rejected = sorted(getattr(discovery, "rejected", None) or [], key=lambda r: natural_key(r.path))
     if rejected:
         lines.append("Rejected:")
@@ -151,18 +152,17 @@ class FusionsPanel(QWidget):
 
     def refresh(self) -> None:
         """Rebuild the rows from the state (order, enabled, counts)."""
-        from fusion_core import get_family
-
         self._updating = True
         try:
             current = self.list.currentRow()
             self.list.clear()
             colours = style.family_colours(self.state.family_order)
             for name in self.state.family_order:
-                spec = get_family(name)
+                shown = self.state.shown
+                info = shown.info(name) if shown is not None else FamilyInfo(name)
                 d = self.state.discovery(name)
                 if d is not None:
-                    classes = len({m.original_class for m in d.matches})
+                    classes = len({m.class_path or m.class_name for m in d.matches})
                     counts = (
                         f"{len(d.matches)} module(s) in {classes} class(es) matched, "
                         f"{len(d.rejected)} candidate(s) rejected"
@@ -172,7 +172,7 @@ class FusionsPanel(QWidget):
                 item = QListWidgetItem(name)
                 item.setData(NameRole, name)
                 item.setData(CountsRole, counts)
-                item.setData(DescriptionRole, spec.description)
+                item.setData(DescriptionRole, info.description)
                 item.setFlags(
                     Qt.ItemFlag.ItemIsEnabled
                     | Qt.ItemFlag.ItemIsSelectable
@@ -181,7 +181,7 @@ class FusionsPanel(QWidget):
                 )
                 item.setCheckState(Qt.CheckState.Checked if name in self.state.enabled else Qt.CheckState.Unchecked)
                 item.setIcon(style.fused_icon(colours[name]))
-                item.setToolTip(family_tooltip(spec, d))
+                item.setToolTip(family_tooltip(info, d))
                 self.list.addItem(item)
             if 0 <= current < self.list.count():
                 self.list.setCurrentRow(current)

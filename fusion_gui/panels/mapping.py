@@ -16,7 +16,7 @@ from ..format import natural_key
 from .transforms import in_scope
 
 if TYPE_CHECKING:
-    from fusion_core import FusionPlan
+    from fusion_core.plan.view import PlanView
 
     from ..state import AppState
 
@@ -68,7 +68,7 @@ class MappingPanel(QWidget):
             self.scope = path
             self._on_plan_changed(self.state.plan)
 
-    def _on_plan_changed(self, plan: FusionPlan | None) -> None:
+    def _on_plan_changed(self, plan: PlanView | None) -> None:
         self.table.clear()
         if plan is None:
             self.summary.setText(self.state.plan_error or "Open a model to see its patch mapping.")
@@ -80,15 +80,16 @@ class MappingPanel(QWidget):
         colours = style.family_colours(self.state.family_order)
         count = hidden = 0
         for fam in plan.families:
-            by_class: dict[type, list] = {}
+            by_class: dict[str, list] = {}
             for m in sorted(fam.discovery.matches, key=lambda m: natural_key(m.path)):
                 if in_scope(m.path, self.scope):
-                    by_class.setdefault(m.original_class, []).append(m)
+                    by_class.setdefault(m.class_path or m.class_name, []).append(m)
                 else:
                     hidden += 1
-            for original, matches in by_class.items():
-                top = QTreeWidgetItem([original.__name__, matches[0].fused_class.__name__, fam.name, str(len(matches))])
-                top.setToolTip(0, f"{original.__module__}.{original.__qualname__}")
+            for class_path, matches in by_class.items():
+                first = matches[0]
+                top = QTreeWidgetItem([first.class_name, first.fused_class_name, fam.name, str(len(matches))])
+                top.setToolTip(0, class_path)
                 top.setIcon(0, style.fused_icon(colours.get(fam.name, style.FAMILY_COLOURS[0])))
                 top.setTextAlignment(3, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 for m in matches:

@@ -23,8 +23,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .. import jobs, operations
-
 if TYPE_CHECKING:
     from ..state import AppState
 
@@ -116,7 +114,7 @@ class OpenDialog(QDialog):
         for w in (self.recent_list, self.hub_list, self.demo_list):
             w.itemDoubleClicked.connect(self._on_item_double_clicked)
         self.arch_list.doubleClicked.connect(lambda _i: self._on_accepted())
-        self.lists_job = state.jobs.start("open lists", jobs.call(operations.open_dialog_lists), background=True)
+        self.lists_job = state.jobs.start("open lists", "lists", {}, background=True)
         self.lists_job.succeeded.connect(self._on_lists_loaded)
         self.lists_job.failed.connect(lambda e: self.hub_status.setText(f"Cannot list models: {e}"))
 

@@ -33,7 +33,7 @@ from ..format import natural_key, shape_text
 from ..models.elide import KeyElideDelegate
 
 if TYPE_CHECKING:
-    from fusion_core import FusionPlan
+    from fusion_core.plan.view import PlanView
 
     from ..state import AppState
 
@@ -176,7 +176,7 @@ class TransformsPanel(QWidget):
     def _on_direction_toggled(self, _checked: bool) -> None:
         self._on_plan_changed(self.state.plan)
 
-    def _on_plan_changed(self, plan: FusionPlan | None) -> None:
+    def _on_plan_changed(self, plan: PlanView | None) -> None:
         if plan is None:
             self.rows = []
             self.info.setText(self.state.plan_error or "Open a model to see its weight transforms.")
@@ -185,21 +185,21 @@ class TransformsPanel(QWidget):
         matched = set(plan.matched_paths)
         rows: list[dict[str, Any]] = []
         for ct in plan.checkpoint_transforms:
-            module = owner_module(ct.transform.sources[0], matched)
+            module = owner_module(ct.first_source, matched)
             rows.extend({"module": module, **row} for row in ct.rows(self.direction))
         self.rows = rows
         self.info.setText(self._info_text(plan, len(rows)))
         self._schedule()
 
-    def _info_text(self, plan: FusionPlan, n: int) -> str:
+    def _info_text(self, plan: PlanView, n: int) -> str:
         if not plan.has_checkpoint:
             text = (
                 "<b>No checkpoint attached</b> (config-only source): these are the rules on the model's own "
                 "parameter names, with shapes from the config."
             )
         else:
-            src = self.state.inspection.source if self.state.inspection else None
-            files = len(src.checkpoint.files) if src is not None and src.checkpoint is not None else 0
+            insp = self.state.inspection
+            files = max(insp.checkpoint_files, 0) if insp is not None else 0
             text = (
                 f"Checkpoint layout: <b>{plan.layout}</b> ({files} file(s)). "
                 f"{n} key(s) transformed; every other key is copied unchanged."

@@ -43,7 +43,7 @@ from ..models.tree_model import (
 from .tree_parts import BadgeDelegate, EscapeFilter, fill_legend, header_menu, row_menu
 
 if TYPE_CHECKING:
-    from fusion_core import Inspection
+    from fusion_core.model.cache import InspectionView
 
     from ..state import AppState
 
@@ -196,7 +196,7 @@ class TreePanel(QWidget):
             if self.model.tree is None and outcome != "ok":
                 self.placeholder.setText("No model open. Use File ▸ Open (Ctrl+O) or drop a model folder here.")
 
-    def _on_model_changed(self, insp: Inspection) -> None:
+    def _on_model_changed(self, insp: InspectionView) -> None:
         self.placeholder.hide()
         self.view.show()
         self.model.set_tree(insp.tree)
@@ -241,7 +241,7 @@ class TreePanel(QWidget):
                     continue
                 d = self.state.inspection.discovery(name)
                 for m in d.matches:
-                    fused_names[m.path] = m.fused_class.__name__
+                    fused_names[m.path] = m.fused_class_name
                 for r in getattr(d, "near_misses", None) or []:
                     if r.path not in matched:
                         near.setdefault(r.path, (name, r.reason))

@@ -13,7 +13,7 @@ class WorkloadControls(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.device = QComboBox()
-        self.device.addItems(available_devices())
+        self.device.addItem("cpu")  # the others (cuda, mps) when the engine says it has them: set_devices
         self.threads = _spin(0, 256, 0, "CPU threads for torch (0: torch's default)", "default")
         self.image_size = _spin(0, 8192, 0, "image side in pixels (0: the processor's or config's size)", "model's")
         self.frames = _spin(0, 1024, 0, "video frames (0: the model's)", "model's")
@@ -47,6 +47,14 @@ class WorkloadControls(QWidget):
         grid.addWidget(self.prompt, 2, 3, 1, 3)
         grid.addWidget(self.modules_only, 3, 0, 1, 6)
 
+    def set_devices(self, devices: list[str]) -> None:
+        """The devices the engine can use (keeps the current choice when it is still there)."""
+        current = self.device.currentText()
+        self.device.clear()
+        self.device.addItems(devices or ["cpu"])
+        if current in devices:
+            self.device.setCurrentText(current)
+
     def options(self) -> dict[str, Any]:
         """The keyword arguments of ``iter_check`` these controls stand for."""
         return {
@@ -68,15 +76,3 @@ def _spin(lo: int, hi: int, value: int, tip: str, special: str) -> QSpinBox:
     if special:
         box.setSpecialValueText(special)
     return box
-
-
-def available_devices() -> list[str]:
-    """cpu, plus cuda / mps where this machine has them."""
-    import torch
-
-    devices = ["cpu"]
-    if torch.cuda.is_available():
-        devices += ["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        devices.append("mps")
-    return devices

@@ -58,13 +58,23 @@ def open_model(qtbot) -> Callable[[MainWindow, str], None]:
     def open_(window: MainWindow, spec: str) -> None:
         with qtbot.waitSignal(window.state.model_changed, timeout=OPEN_TIMEOUT_MS):
             assert window.state.open_model(spec) is not None
-        qtbot.waitUntil(lambda: not window.state.busy, timeout=10_000)
+        qtbot.waitUntil(lambda: not window.state.busy and not window.state.plan_pending, timeout=30_000)
 
     return open_
 
 
 @pytest.fixture
-def only_fusions() -> Callable[..., None]:
+def wait_plan(qtbot) -> Callable[[MainWindow], None]:
+    """Wait for the engine's plan of the fusions on show (plans are computed in the engine process)."""
+
+    def wait(window: MainWindow) -> None:
+        qtbot.waitUntil(lambda: not window.state.plan_pending, timeout=30_000)
+
+    return wait
+
+
+@pytest.fixture
+def only_fusions(wait_plan) -> Callable[..., None]:
     """Enable exactly the given families through the Fusions tab's checkboxes, as a user would."""
 
     def only(window: MainWindow, *names: str) -> None:
@@ -73,5 +83,6 @@ def only_fusions() -> Callable[..., None]:
             item = panel.item(name)
             item.setCheckState(Qt.CheckState.Checked if name in names else Qt.CheckState.Unchecked)
         assert set(window.state.enabled) == set(names)
+        wait_plan(window)
 
     return only
