@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expand-fusable", action="store_true", help="expand the tree to every module to be fused")
     p.add_argument("--run-checks", action="store_true", help="with --screenshot: run the checks before the shot")
     p.add_argument("--size", default="1460x900", help="window size for --screenshot (default 1460x900)")
+    p.add_argument(
+        "--family-file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="also register the fusion families defined in this Python file (it is code: trusted files only)",
+    )
     p.add_argument("--report-timing", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -272,8 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         window.resize(*size)
         driver = Scripted(window, args, t0)
     apply_view_options(window, args)
+    for path in args.family_file:
+        job = state.load_family_file(path)
+        job.failed.connect(lambda e, p=path: _usage_exit(window, f"--family-file {p}: {e}"))
     # a model seen before paints from the cache (plain data, no torch) before the engine loads
-    state.show_cached(args.model)
+    if not args.family_file:
+        state.show_cached(args.model)
     window.show()
     app.processEvents()
     state.open_model(args.model)  # in the engine process (started with the state, importing torch meanwhile)

@@ -271,10 +271,10 @@ class MainWindow(QMainWindow):
         self.trust_box.open()
 
     def _on_model_changed(self, insp: InspectionView) -> None:
-        weights = f"{insp.checkpoint_files} weight file(s)" if insp.has_checkpoint else "config only"
+        weights = f"{insp.checkpoint_tensors} tensors" if insp.has_checkpoint else "config only"
         self.setWindowTitle(f"{insp.name} — Fusion Inspector")
         self.model_label.setText(f"<b>{insp.name}</b> · {insp.model_class} · {weights}")
-        self.model_label.setToolTip(insp.describe)
+        self.model_label.setToolTip("\n".join([insp.describe, *insp.notes]))
         self.params_label.setText(f"{human_count(insp.tree.total_params)} parameters · {len(insp.tree)} modules")
         self.tree.fit_columns()
         self._update_actions()

@@ -414,6 +414,13 @@ class AppState(QObject):
         job.succeeded.connect(self.export_finished.emit)
         return job
 
+    def load_family_file(self, path: str | Path) -> Job:
+        """Register the families of a Python file in the engine (for models opened after this)."""
+        path = str(Path(path).expanduser().resolve())
+        job = self.jobs.start("family file", "family_file", {"path": path}, background=True)
+        job.succeeded.connect(lambda names: log.info("%s: registered %s", path, ", ".join(names)))
+        return job
+
     def cancel_job(self) -> None:
         self.jobs.cancel_current()
 

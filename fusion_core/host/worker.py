@@ -27,7 +27,7 @@ from typing import IO, Any
 from . import wire
 
 LONG_OPS = ("open", "check", "export")
-QUICK_OPS = ("plan", "diff", "consumers", "lists", "devices", "close")
+QUICK_OPS = ("plan", "diff", "consumers", "lists", "devices", "family_file", "unregister", "close")
 _PROGRESS_INTERVAL_S = 0.05  # at most 20 progress messages a second per job
 log = logging.getLogger("fusion_core.host")
 
@@ -59,6 +59,7 @@ class Host:
         self._tokens: dict[int, Any] = {}  # job id -> CancelToken
         self._threads: list[threading.Thread] = []
         self._quick: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._family_files: list[str] = []  # loaded by request: models opened since are not cached
 
     def send(self, message: dict[str, Any]) -> None:
         data = wire.encode(message)
@@ -203,7 +204,7 @@ class Host:
         }
         data = model_cache.to_data(spec, insp, info)
         yield Progress(3, 4, "done")
-        if cache and not restore:
+        if cache and not restore and not self._family_files:
             model_cache.save(spec, data)  # the next start paints it at once
         self._sessions[session] = insp
         log.info(
@@ -265,6 +266,24 @@ class Host:
         from ..run.checks import available_devices
 
         return available_devices()
+
+    def _op_family_file(self, path: str) -> list[str]:
+        """Register the families of a Python file (code: the user chose to trust it); their names."""
+        from ..errors import UsageError
+        from ..families import load_family_file
+        from ..families.plugins import plugin_errors
+
+        specs = load_family_file(path)
+        if not specs:
+            errors = [e for e in plugin_errors() if path in str(e)]
+            raise UsageError(f"{path}: no fusion family loaded" + (f" ({errors[-1]})" if errors else ""))
+        self._family_files.append(path)
+        return [s.name for s in specs]
+
+    def _op_unregister(self, name: str) -> None:
+        from ..families import unregister
+
+        unregister(name)
 
     def _op_close(self, session: str) -> None:
         self._sessions.pop(session, None)

@@ -95,7 +95,9 @@ class InspectionView:
     discoveries: dict[str, CachedDiscovery]
     describe: str = ""  # the source, one line (ModelSource.describe)
     checkpoint_files: int = -1  # weight files; -1: no checkpoint (config only)
+    checkpoint_tensors: int = 0
     folder: str = ""  # the model's folder (a local or cached source), else ""
+    notes: list[str] = field(default_factory=list)  # what resolving the source noted (ModelSource.notes)
     family_info: dict[str, FamilyInfo] = field(default_factory=dict)
 
     @property
@@ -237,7 +239,9 @@ def to_data(spec: str, insp: Any, families: dict[str, FamilyInfo]) -> dict[str, 
         "family_info": info,
         "describe": insp.source.describe(),
         "checkpoint_files": len(ckpt.files) if ckpt is not None else -1,
+        "checkpoint_tensors": len(ckpt.tensors) if ckpt is not None else 0,
         "folder": str(insp.source.folder) if insp.source.folder is not None else "",
+        "notes": [str(n) for n in insp.source.notes],
     }
 
 
@@ -384,7 +388,9 @@ def view_from_data(data: Any) -> InspectionView:
         discoveries={name: _discovery(name, raw[name]) for name in families},
         describe=_str(data.get("describe")),
         checkpoint_files=files,
+        checkpoint_tensors=_int(data.get("checkpoint_tensors")),
         folder=_str(data.get("folder")),
+        notes=[_str(n) for n in _list(data.get("notes"))],
         family_info={name: _family_info(name, info[name]) for name in families},
     )
 

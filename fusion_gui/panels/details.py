@@ -92,7 +92,7 @@ class DetailsPanel(QWidget):
             d = self.state.discovery(name)
             for m in d.matches if d else ():
                 if m.path == path:
-                    return m.fused_class.__name__
+                    return m.fused_class_name
         return ""
 
     def _verdict(self, family: str, path: str) -> str:
@@ -103,7 +103,7 @@ class DetailsPanel(QWidget):
         for m in d.matches:
             if m.path == path:
                 why = f" ({e(m.reason)})" if m.reason else ""
-                return f"<span style='color:{style.PASS}'>replaced by {e(m.fused_class.__name__)}</span>{why}"
+                return f"<span style='color:{style.PASS}'>replaced by {e(m.fused_class_name)}</span>{why}"
         for r in d.rejected:
             if r.path == path:
                 fused_by = self._fused_by_other(family, path)

@@ -86,3 +86,22 @@ def only_fusions(wait_plan) -> Callable[..., None]:
         wait_plan(window)
 
     return only
+
+
+@pytest.fixture
+def engine_family(qtbot):
+    """Register the families of a family file in the engine process (where plans run); unregistered after."""
+    names: list[tuple[MainWindow, str]] = []
+
+    def load(window: MainWindow, path: Path) -> list[str]:
+        job = window.state.load_family_file(path)
+        with qtbot.waitSignal(job.succeeded, timeout=OPEN_TIMEOUT_MS) as blocker:
+            pass
+        loaded = list(blocker.args[0])
+        names.extend((window, n) for n in loaded)
+        return loaded
+
+    yield load
+    for window, name in names:
+        job = window.state.jobs.start("unregister", "unregister", {"name": name}, background=True)
+        qtbot.waitUntil(lambda job=job: job.done, timeout=30_000)

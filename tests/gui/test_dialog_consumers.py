@@ -10,12 +10,15 @@ def test_dialog_shows_consumers_before_and_after(qtbot, window, open_model, only
     only_fusions(window, "patch_embeddings")
     dialog = window.show_export_dialog()
     qtbot.addWidget(dialog)
+    # predicted by the engine from the plan (a quick job): the text arrives shortly
+    qtbot.waitUntil(lambda: "before writing" in dialog.consumers.text(), timeout=30_000)
     before = dialog.consumers.text()
     assert "before writing" in before and "fusion_core.load" in before
     assert "transformers" in before and "tried after writing" in before  # it knows the name: loading tells
     dialog.layout_box.setCurrentIndex(dialog.layout_box.findData("original"))
-    assert "no fusion_config, a plain model" in dialog.consumers.text()
+    qtbot.waitUntil(lambda: "no fusion_config, a plain model" in dialog.consumers.text(), timeout=30_000)
     dialog.layout_box.setCurrentIndex(dialog.layout_box.findData("fused"))
+    qtbot.waitUntil(lambda: "tried after writing" in dialog.consumers.text(), timeout=30_000)
     assert dialog.wrong_box.currentData() == "guard"
     dialog.dest_edit.setText(str(tmp_path / "out"))
     with qtbot.waitSignal(window.state.export_finished, timeout=JOB_TIMEOUT_MS) as sig:

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 KV_FILE = Path(__file__).resolve().parents[1] / "plugin_example" / "fi_kv_family" / "kv_family.py"
 
 
-@pytest.fixture
-def kv_family():
-    from fusion_core.families import load_family_file, unregister
-
-    [spec] = load_family_file(KV_FILE)
-    yield spec.name
-    unregister(spec.name)
-
-
-def test_tooltip_lists_the_family_options(kv_family, qtbot, window, open_model):
+def test_tooltip_lists_the_family_options(qtbot, window, open_model, engine_family):
+    [kv_family] = engine_family(window, KV_FILE)  # registered in the engine, where discovery runs
     open_model(window, "demo:llama")
     panel = window.fusions
     tip = panel.item(kv_family).toolTip()

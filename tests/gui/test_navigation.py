@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from pathlib import Path
 
-import pytest
 from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtGui import QGuiApplication
-from torch import nn
 
-from fusion_core import FusionSpec, Verdict
-from fusion_core.families.registry import register, unregister
 from fusion_gui import style
 from fusion_gui.models.tree_model import (
     CLASS,
@@ -238,34 +234,11 @@ def test_family_colours_follow_names_not_order(qtbot, window, open_model, only_f
     assert before == style.tint(colours["qkv"], 0.2).name()
 
 
-class _SamePatchEmbed(FusionSpec):
-    """A test family replacing the very module patch_embeddings replaces: a conflict."""
-
-    name = "test_gui_conflict"
-    description = "test only"
-    target_modules_patterns = (r"patch_embed$",)
-
-    def check(self, module: nn.Module) -> Verdict:
-        return Verdict.yes("test")
-
-    def make_fused_class(self, original_cls: type) -> type:
-        return type(f"Other{original_cls.__name__}", (original_cls,), {})
-
-    def make_transforms(self, config: object, modules: Mapping[str, nn.Module]) -> list:
-        return []
-
-    def fuse_module(self, module: nn.Module) -> None:
-        module.__class__ = self.fused_class(type(module))
+CONFLICT_FILE = Path(__file__).resolve().parent / "family_files" / "same_patch_embed.py"
 
 
-@pytest.fixture
-def conflicting_family():
-    spec = register(_SamePatchEmbed())
-    yield spec.name
-    unregister(spec.name)
-
-
-def test_actions_enabled_only_when_they_can_work(qtbot, window, open_model, only_fusions, conflicting_family):
+def test_actions_enabled_only_when_they_can_work(qtbot, window, open_model, only_fusions, engine_family):
+    [conflicting_family] = engine_family(window, CONFLICT_FILE)  # a family replacing patch_embeddings' module
     open_model(window, "demo:qwen2-vl")
     only_fusions(window, "patch_embeddings")
     assert window.checks_action.isEnabled() and window.export_action.isEnabled()

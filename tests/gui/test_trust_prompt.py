@@ -51,8 +51,8 @@ def test_accepting_opens_with_the_shipped_class(qtbot, window: MainWindow, remot
     with qtbot.waitSignal(window.state.model_changed, timeout=OPEN_TIMEOUT_MS):
         box.button(QMessageBox.StandardButton.Open).click()
     insp = window.state.inspection
-    assert insp is not None and insp.source.model_class.__module__.startswith("transformers.")
-    assert any("was not run" in note for note in insp.source.notes)
+    assert insp is not None and insp.tree.root.module_name.startswith("transformers.")
+    assert any("was not run" in note for note in insp.notes)
     assert not marker.exists()
 
 
