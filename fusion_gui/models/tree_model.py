@@ -10,6 +10,7 @@ candidates, counts on ancestors) and check results come from :class:`Overlay`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,9 @@ FoldRole = Qt.ItemDataRole.UserRole + 6  # number of folded modules (0: not a fo
 # the Check column (hidden until checks ran) sits by the name, where a narrow window still shows it
 COLUMNS = ("Module", "Class", "Check", "Instances", "Params", "Own", "Weight shape", "dtype")
 NAME, CLASS, CHECK, INSTANCES, PARAMS, OWN, SHAPE, DTYPE = range(len(COLUMNS))
+_NCOLS = len(COLUMNS)
+# computed once: Qt asks for the flags of every row it lays out, and enum arithmetic is slow in Python
+_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
 
 
 @dataclass(eq=False)
@@ -173,6 +177,66 @@ class ModuleTreeModel(QAbstractItemModel):
         out.extend(children[i:])
         return out
 
+    def fetch_rows(self, nodes: Iterable[ModuleNode]) -> int:
+        """Make each of ``nodes`` a row (fetching its ancestors and folds) in one layout change.
+
+        Fetching many rows one ``fetchMore`` at a time costs a row-insertion signal each,
+        which the proxy and the view handle one by one; this announces them all at once.
+
+        Args:
+            nodes: modules of this model's tree.
+
+        Returns:
+            How many of them were not rows before.
+        """
+        missing = [n for n in nodes if id(n) not in self._row]
+        if not missing:
+            return 0
+        self.layoutAboutToBeChanged.emit()
+        for node in missing:
+            self._make_row(node)
+        self.layoutChanged.emit()
+        return len(missing)
+
+    def fetch_below(self, item: Item) -> int:
+        """Make every module below ``item`` (a node or a fold) a row; see :meth:`fetch_rows`."""
+        tops = item.nodes if isinstance(item, FoldGroup) else [item]
+        return self.fetch_rows(n for top in tops for n in top.walk())
+
+    def _make_row(self, node: ModuleNode) -> None:
+        # existing rows keep their positions: only unfetched parents (and folds) get rows
+        chain = []
+        while id(node) not in self._row:
+            chain.append(node)
+            node = node.parent
+        for child in reversed(chain):
+            if id(child.parent) not in self._kids:
+                self._add_rows(child.parent)
+            group = self._group_of.get(id(child))
+            if group is not None and id(group) not in self._kids:
+                self._add_rows(group)
+
+    def _add_rows(self, item: Item) -> list[Item]:
+        kids = self._children(item)
+        for i, kid in enumerate(kids):
+            self._row[id(kid)] = i
+            self._up[id(kid)] = item
+            if isinstance(kid, FoldGroup):
+                for node in kid.nodes:
+                    self._group_of[id(node)] = kid
+        self._kids[id(item)] = kids
+        return kids
+
+    def row_item(self, parent: Index, row: int) -> Item | None:
+        """The item at ``row`` below ``parent`` without creating an index (for the filter)."""
+        if not parent.isValid():
+            return self._tree.root if self._tree is not None and row == 0 else None
+        kids = self._kids.get(id(parent.internalPointer()))
+        return kids[row] if kids is not None and 0 <= row < len(kids) else None
+
+    def is_row(self, item: Item) -> bool:
+        return id(item) in self._row
+
     def ensure_fetched(self, path: str) -> bool:
         """Make ``path`` and its ancestors (folds included) rows, fetching lazily created children."""
         if self._tree is None or path not in self._tree.by_path:
@@ -203,6 +267,14 @@ class ModuleTreeModel(QAbstractItemModel):
         row = self._row.get(id(item))
         return QModelIndex() if row is None else self.createIndex(row, column, item)
 
+    def index_for_item(self, item: Item, column: int = 0) -> QModelIndex:
+        """The index of a row's node or fold (invalid when it is not a row yet)."""
+        return self._index_of(item, column)
+
+    def fold_of(self, node: ModuleNode) -> FoldGroup | None:
+        """The fold row that holds ``node``, once its parent's rows exist."""
+        return self._group_of.get(id(node))
+
     def index_for_node(self, node: ModuleNode, column: int = 0) -> QModelIndex:
         """The index of ``node`` (its ancestors must be fetched; see :meth:`ensure_fetched`)."""
         return self._index_of(node, column)
@@ -221,11 +293,14 @@ class ModuleTreeModel(QAbstractItemModel):
         return QModelIndex()
 
     # Qt model API ----------------------------------------------------------------------
+    # index() and parent() are called from C++ for every row the proxy and the view touch:
+    # they stay a couple of dictionary look-ups
     def index(self, row: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:  # noqa: B008
-        if self._tree is None or column < 0 or column >= len(COLUMNS) or row < 0:
+        if row < 0 or not 0 <= column < _NCOLS:
             return QModelIndex()
         if not parent.isValid():
-            return self.createIndex(row, column, self._tree.root) if row == 0 else QModelIndex()
+            tree = self._tree
+            return self.createIndex(row, column, tree.root) if row == 0 and tree is not None else QModelIndex()
         kids = self._kids.get(id(parent.internalPointer()))
         if kids is None or row >= len(kids):
             return QModelIndex()
@@ -237,7 +312,7 @@ class ModuleTreeModel(QAbstractItemModel):
         up = self._up.get(id(index.internalPointer()))
         if up is None:
             return QModelIndex()
-        return self.createIndex(self._row.get(id(up), 0), 0, up)
+        return self.createIndex(self._row[id(up)], 0, up)
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         if self._tree is None:
@@ -271,15 +346,9 @@ class ModuleTreeModel(QAbstractItemModel):
         if not self.canFetchMore(parent):
             return
         item = parent.internalPointer()
-        kids = self._children(item)
-        self.beginInsertRows(parent if isinstance(parent, QModelIndex) else QModelIndex(parent), 0, len(kids) - 1)
-        for i, kid in enumerate(kids):
-            self._row[id(kid)] = i
-            self._up[id(kid)] = item
-            if isinstance(kid, FoldGroup):
-                for node in kid.nodes:
-                    self._group_of[id(node)] = kid
-        self._kids[id(item)] = kids
+        count = len(self._children(item))
+        self.beginInsertRows(parent if isinstance(parent, QModelIndex) else QModelIndex(parent), 0, count - 1)
+        self._add_rows(item)
         self.endInsertRows()
 
     def fetched_count(self) -> int:
@@ -295,9 +364,7 @@ class ModuleTreeModel(QAbstractItemModel):
         return None
 
     def flags(self, index: Index) -> Qt.ItemFlag:
-        if not index.isValid():
-            return Qt.ItemFlag.NoItemFlags
-        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+        return _FLAGS if index.isValid() else Qt.ItemFlag.NoItemFlags
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
@@ -421,12 +488,26 @@ _HEADER_TIPS = (
 
 
 class ModuleFilterProxy(QSortFilterProxyModel):
-    """Recursive filter over the tree with a :class:`NodeFilter` (regex, state, family, class)."""
+    """The tree filtered by a :class:`NodeFilter` (regex, state, family, class).
+
+    A row shows when its module matches or contains a match; a fold row when one of its
+    layers does. The set of such modules is computed once per filter over the plain tree,
+    so :meth:`filterAcceptsRow` is a set look-up (Qt's recursive filtering would call back
+    into Python for every row and its ancestors, many times over).
+    """
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
-        self.setRecursiveFilteringEnabled(True)
+        # the filter is re-applied by set_needle; a highlight change must not re-filter each row
+        self.setDynamicSortFilter(False)
         self._filter = NodeFilter("")
+        self._shown: set[int] | None = None  # ids of modules that match or contain a match
+        self._hits: list[ModuleNode] = []
+        self._source: ModuleTreeModel | None = None
+
+    def setSourceModel(self, model: Any) -> None:  # Qt override: keep the Python model at hand
+        self._source = model
+        super().setSourceModel(model)
 
     @property
     def needle(self) -> str:
@@ -436,20 +517,47 @@ class ModuleFilterProxy(QSortFilterProxyModel):
     def node_filter(self) -> NodeFilter:
         return self._filter
 
-    def set_needle(self, text: str, state: str = "") -> None:
-        """Filter by ``text`` (see :class:`NodeFilter`) and a state ('', 'fused', 'family:qkv', ...)."""
-        self.beginFilterChange()
+    @property
+    def hits(self) -> list[ModuleNode]:
+        """The modules that match the filter, in tree order (empty without a filter)."""
+        return self._hits
+
+    def set_needle(self, text: str, state: str = "") -> list[ModuleNode]:
+        """Filter by ``text`` (see :class:`NodeFilter`) and a state ('', 'fused', 'family:qkv', ...).
+
+        Returns:
+            The matching modules in tree order; their ancestors (folds included) are made rows.
+        """
         self._filter = NodeFilter(text, state)
-        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+        model = self._source
+        tree = model.tree if model is not None else None
+        if tree is None or not self._filter:
+            self._shown, self._hits = None, []
+        else:
+            overlay = model.overlay
+            self._hits = [n for n in tree.root.walk() if self._filter.matches(n, overlay)]
+            shown: set[int] = set()
+            for node in self._hits:
+                while node is not None and id(node) not in shown:
+                    shown.add(id(node))
+                    node = node.parent
+            self._shown = shown
+            model.fetch_rows(self._hits)
+        # one layout change: the mapping is rebuilt lazily, for the rows the view lays out
+        self.invalidate()
+        return self._hits
 
     def matches(self, node: ModuleNode) -> bool:
-        model = self.sourceModel()
+        model = self._source
         return self._filter.matches(node, model.overlay if model is not None else None)
 
     def filterAcceptsRow(self, source_row: int, source_parent: Index) -> bool:
-        if not self._filter:
+        shown = self._shown
+        if shown is None:
             return True
-        index = self.sourceModel().index(source_row, 0, source_parent)
-        item = index.internalPointer() if index.isValid() else None
-        # a fold row shows when one of its layers does (recursive filtering)
-        return item is not None and not isinstance(item, FoldGroup) and self.matches(item)
+        item = self._source.row_item(source_parent, source_row) if self._source is not None else None
+        if item is None:
+            return False
+        if isinstance(item, FoldGroup):
+            return any(id(n) in shown for n in item.nodes)
+        return id(item) in shown

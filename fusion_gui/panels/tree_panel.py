@@ -21,13 +21,11 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QSizePolicy,
     QToolButton,
-    QTreeView,
     QVBoxLayout,
     QWidget,
 )
 
 from .. import style
-from ..models.overlay import NodeFilter
 from ..models.tree_model import (
     CHECK,
     CLASS,
@@ -40,10 +38,10 @@ from ..models.tree_model import (
     ModuleTreeModel,
     PathRole,
 )
-from .tree_parts import BadgeDelegate, EscapeFilter, fill_legend, header_menu, row_menu
+from .tree_parts import BadgeDelegate, EscapeFilter, ModuleTreeView, fill_legend, header_menu, row_menu
 
 if TYPE_CHECKING:
-    from fusion_core import Inspection
+    from fusion_core import Inspection, ModuleNode
 
     from ..state import AppState
 
@@ -108,7 +106,7 @@ class TreePanel(QWidget):
         self.placeholder.setProperty("role", "hint")
         self.placeholder.hide()
 
-        self.view = QTreeView()
+        self.view = ModuleTreeView(self._fetch_below)
         self.view.setModel(self.proxy)
         self.view.setUniformRowHeights(True)
         self.view.setAlternatingRowColors(True)
@@ -293,24 +291,15 @@ class TreePanel(QWidget):
         """Apply the filter box and the state box now; returns the number of matching modules."""
         self._filter_timer.stop()
         text = self.filter_edit.text()
-        tree = self.model.tree
         term = self.state_box.currentData() or ""
-        node_filter = NodeFilter(text, term)
-        self._hits, self._hit = [], -1
-        if tree is None or not node_filter:
-            self.proxy.set_needle(text, term)
+        hits = self.proxy.set_needle(text, term)  # the rows of the hits' ancestors are created
+        node_filter = self.proxy.node_filter
+        self._hits, self._hit = [n.path for n in hits], -1
+        if self.model.tree is None or not node_filter:
             self.filter_count.setText("")
             self.filter_applied.emit(text, 0)
             return 0
-        overlay = self.model.overlay
-        hits = [n for n in tree.root.walk() if node_filter.matches(n, overlay)]
-        # rows below unexpanded nodes (and folds) do not exist yet: create the ancestors of each hit
-        for node in hits:
-            self.model.ensure_fetched(node.path)
-        self.proxy.set_needle(text, term)  # once, after the rows exist
-        for node in hits[:2000]:  # beyond that, expanding costs more than it shows
-            self._expand_ancestors(node.path)
-        self._hits = [n.path for n in hits]
+        self._expand_to(hits[:2000])  # beyond that, expanding costs more than it shows
         error = node_filter.error
         count = f"{len(hits)} match{'es' if len(hits) != 1 else ''}"
         self.filter_count.setText(f"{count} (literal)" if error else count)
@@ -362,6 +351,30 @@ class TreePanel(QWidget):
     def proxy_index(self, path: str, column: int = 0) -> QModelIndex:
         """The view index of ``path`` (fetching its ancestors); invalid if filtered out."""
         return self.proxy.mapFromSource(self.model.index_for_path(path, column))
+
+    def _expand_to(self, nodes: list[ModuleNode]) -> None:
+        """Expand the rows above each of ``nodes`` (folds included), laying the view out once."""
+        items: dict[int, object] = {}
+        for node in nodes:
+            child, up = node, node.parent
+            while up is not None:
+                fold = self.model.fold_of(child)
+                if fold is not None:
+                    items.setdefault(id(fold), fold)
+                if id(up) in items:
+                    break
+                items[id(up)] = up
+                child, up = up, up.parent
+        # with a layout pending, expand() only records the row: one layout for them all
+        self.view.scheduleDelayedItemsLayout()
+        for item in items.values():
+            self.view.expand(self.proxy.mapFromSource(self.model.index_for_item(item)))
+
+    def _fetch_below(self, index: QModelIndex) -> None:
+        """Create every row below a view row (the whole tree for an invalid one) before an expand-all."""
+        item = self.model.item(self.proxy.mapToSource(index)) if index.isValid() else self.model.tree
+        if item is not None:
+            self.model.fetch_below(item.root if item is self.model.tree else item)
 
     def _expand_ancestors(self, path: str) -> None:
         index = self.proxy_index(path).parent()
@@ -418,14 +431,7 @@ class TreePanel(QWidget):
         if item is None:
             return 0
         nodes = [n for top in getattr(item, "nodes", [item]) for n in top.walk()]
-        for node in nodes:
-            if node.children:
-                self.model.ensure_fetched(node.children[-1].path)
-                for child in node.children:
-                    group = self.model.fold_for_path(child.path) if self.model.folding else QModelIndex()
-                    if group.isValid():
-                        self.model.fetchMore(group)
-        self.view.expandRecursively(self.proxy.mapFromSource(source))
+        self.view.expandRecursively(index)  # the view creates the rows below in one go
         return len(nodes)
 
     def current_path(self) -> str:

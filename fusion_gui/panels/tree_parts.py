@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QPainter
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QMenu, QStyledItemDelegate, QStyleOptionViewItem
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTreeView,
+    QWidget,
+)
 
 from .. import style
 from ..models.tree_model import CHECK, ColourRole, CountRole, PathRole, StatusRole
@@ -15,6 +24,28 @@ from ..models.tree_model import CHECK, ColourRole, CountRole, PathRole, StatusRo
 if TYPE_CHECKING:
     from ..state import AppState
     from .tree_panel import TreePanel
+
+
+class ModuleTreeView(QTreeView):
+    """A tree view over a lazy model whose expand-all creates the rows below in one go.
+
+    ``QTreeView.expandAll`` fetches each collapsed row's children while it lays out, one
+    row-insertion signal at a time; ``prefetch(index)`` (an invalid index: the whole tree)
+    creates them all first, in one layout change.
+    """
+
+    def __init__(self, prefetch: Callable[[QModelIndex], None], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._prefetch = prefetch
+
+    def expandAll(self) -> None:  # Qt override
+        self._prefetch(QModelIndex())
+        super().expandAll()
+
+    def expandRecursively(self, index: QModelIndex, depth: int = -1) -> None:  # Qt override
+        if depth == -1:
+            self._prefetch(index)
+        super().expandRecursively(index, depth)
 
 
 class BadgeDelegate(QStyledItemDelegate):
