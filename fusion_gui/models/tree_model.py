@@ -6,6 +6,11 @@ siblings, e.g. "layers 0–31 ×32 (identical)", whose children are those layers
 children are created only when the view expands it (``canFetchMore``/``fetchMore``), so a
 model with 10,000+ modules opens at once. Highlights (modules a family replaces, rejected
 candidates, counts on ancestors) and check results come from :class:`Overlay`.
+
+The model filters itself (:meth:`ModuleTreeModel.set_filter`) rather than sitting under a
+``QSortFilterProxyModel``: each call the view makes through a proxy costs a second round
+trip into Python (the proxy maps every index back with ``index()``), which doubled the
+time to lay out or paint thousands of rows.
 """
 
 from __future__ import annotations
@@ -15,13 +20,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import (
-    QAbstractItemModel,
-    QModelIndex,
-    QPersistentModelIndex,
-    QSortFilterProxyModel,
-    Qt,
-)
+from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor, QFont
 
 from .. import style
@@ -80,10 +79,14 @@ class ModuleTreeModel(QAbstractItemModel):
         super().__init__(parent)
         self._tree: ModuleTree | None = None
         self._fold = fold
-        self._kids: dict[int, list[Item]] = {}  # id(item) -> its rows, once fetched
-        self._up: dict[int, Item] = {}  # id(row item) -> the item it is a row of
-        self._row: dict[int, int] = {}  # id(row item) -> row under its display parent
+        self._kids: dict[int, list[Item]] = {}  # id(item) -> its children as items, once fetched
+        self._rows: dict[int, list[Item]] = {}  # id(item) -> those the filter shows (its rows)
+        self._up: dict[int, Item] = {}  # id(child item) -> the item it is a child of
+        self._row: dict[int, int] = {}  # id(shown item) -> its row under its display parent
         self._group_of: dict[int, FoldGroup] = {}  # id(node) -> its fold, once the parent is fetched
+        self._filter = NodeFilter("")
+        self._shown: set[int] | None = None  # ids of modules that match the filter or contain a match
+        self._hits: list[ModuleNode] = []
         self.overlay = Overlay()
         self._bold = QFont()
         self._bold.setBold(True)
@@ -114,8 +117,83 @@ class ModuleTreeModel(QAbstractItemModel):
         self.endResetModel()
 
     def _clear_rows(self) -> None:
-        self._kids, self._up, self._group_of = {}, {}, {}
+        self._kids, self._rows, self._up, self._group_of = {}, {}, {}, {}
+        self._filter, self._shown, self._hits = NodeFilter(""), None, []
         self._row = {id(self._tree.root): 0} if self._tree is not None else {}
+
+    # filter ----------------------------------------------------------------------------
+    @property
+    def node_filter(self) -> NodeFilter:
+        return self._filter
+
+    @property
+    def needle(self) -> str:
+        return self._filter.text
+
+    @property
+    def hits(self) -> list[ModuleNode]:
+        """The modules that match the filter, in tree order (empty without a filter)."""
+        return self._hits
+
+    def matches(self, node: ModuleNode) -> bool:
+        return self._filter.matches(node, self.overlay)
+
+    def set_needle(self, text: str, state: str = "") -> list[ModuleNode]:
+        """Filter by ``text`` and a state term; see :meth:`set_filter`."""
+        return self.set_filter(NodeFilter(text, state))
+
+    def set_filter(self, node_filter: NodeFilter) -> list[ModuleNode]:
+        """Show only modules that match ``node_filter`` or contain a match (a fold: when one of its layers does).
+
+        The shown set is computed once over the plain tree; the hits' ancestors (folds
+        included) are made rows, and rows, persistent indexes (the view's expanded rows,
+        the selection) follow in one layout change.
+
+        Args:
+            node_filter: the filter (an empty one shows everything).
+
+        Returns:
+            The matching modules in tree order.
+        """
+        tree = self._tree
+        self._filter = node_filter
+        if tree is None or not node_filter:
+            shown, hits = None, []
+        else:
+            hits = [n for n in tree.root.walk() if node_filter.matches(n, self.overlay)]
+            shown = set()
+            for node in hits:
+                while node is not None and id(node) not in shown:
+                    shown.add(id(node))
+                    node = node.parent
+        self._hits = hits
+        if tree is None:
+            return hits
+        self.layoutAboutToBeChanged.emit()
+        before = self.persistentIndexList()
+        items = [(index.internalPointer(), index.column()) for index in before]
+        for node in hits:
+            self._make_row(node)
+        self._shown = shown
+        self._row = {id(tree.root): 0} if self._visible(tree.root) else {}
+        for key, kids in self._kids.items():
+            rows = self._rows[key] = self._filtered(kids)
+            for i, kid in enumerate(rows):
+                self._row[id(kid)] = i
+        self.changePersistentIndexList(before, [self._index_of(item, col) for item, col in items])
+        self.layoutChanged.emit()
+        return hits
+
+    def _visible(self, item: Item) -> bool:
+        shown = self._shown
+        if shown is None:
+            return True
+        if isinstance(item, FoldGroup):
+            return any(id(n) in shown for n in item.nodes)
+        return id(item) in shown
+
+    def _filtered(self, kids: list[Item]) -> list[Item]:
+        return kids if self._shown is None else [k for k in kids if self._visible(k)]
 
     def set_highlights(
         self,
@@ -147,14 +225,15 @@ class ModuleTreeModel(QAbstractItemModel):
         return list(self.overlay.matched)
 
     def _refresh_all(self) -> None:
-        if self._tree is None:
+        if self._tree is None or not self._row:
             return
         last = self.columnCount() - 1
         self.dataChanged.emit(self.index(0, 0), self.index(0, last))
-        for kids in list(self._kids.values()):
-            parent = self._index_of(self._up[id(kids[0])])
-            if parent.isValid():
-                self.dataChanged.emit(self.index(0, 0, parent), self.index(len(kids) - 1, last, parent))
+        for rows in list(self._rows.values()):
+            if rows:
+                parent = self._index_of(self._up[id(rows[0])])
+                if parent.isValid():
+                    self.dataChanged.emit(self.index(0, 0, parent), self.index(len(rows) - 1, last, parent))
 
     def _children(self, item: Item) -> list[Item]:
         """The rows below ``item``: a node's children with identical runs folded; a fold's nodes."""
@@ -178,18 +257,18 @@ class ModuleTreeModel(QAbstractItemModel):
         return out
 
     def fetch_rows(self, nodes: Iterable[ModuleNode]) -> int:
-        """Make each of ``nodes`` a row (fetching its ancestors and folds) in one layout change.
+        """Make each of ``nodes`` a child of a fetched row (fetching its ancestors and folds) in one layout change.
 
         Fetching many rows one ``fetchMore`` at a time costs a row-insertion signal each,
-        which the proxy and the view handle one by one; this announces them all at once.
+        which the view handles one by one; this announces them all at once.
 
         Args:
             nodes: modules of this model's tree.
 
         Returns:
-            How many of them were not rows before.
+            How many of them were not fetched before.
         """
-        missing = [n for n in nodes if id(n) not in self._row]
+        missing = [n for n in nodes if not self._fetched(n)]
         if not missing:
             return 0
         self.layoutAboutToBeChanged.emit()
@@ -199,43 +278,50 @@ class ModuleTreeModel(QAbstractItemModel):
         return len(missing)
 
     def fetch_below(self, item: Item) -> int:
-        """Make every module below ``item`` (a node or a fold) a row; see :meth:`fetch_rows`."""
+        """Fetch every module below ``item`` (a node or a fold); see :meth:`fetch_rows`."""
         tops = item.nodes if isinstance(item, FoldGroup) else [item]
         return self.fetch_rows(n for top in tops for n in top.walk())
 
+    def parents_below(self, item: Item) -> list[Item]:
+        """The shown rows at or below ``item`` that have rows below them (folds included), in tree order."""
+        out: list[Item] = []
+        stack = [item]
+        while stack:
+            it = stack.pop()
+            rows = self._rows.get(id(it))
+            if rows:
+                out.append(it)
+                stack.extend(reversed(rows))
+        return out
+
+    def _fetched(self, node: ModuleNode) -> bool:
+        # a child of a fetched item (shown or not), or the root
+        return id(node) in self._up or node.parent is None
+
     def _make_row(self, node: ModuleNode) -> None:
-        # existing rows keep their positions: only unfetched parents (and folds) get rows
+        # existing rows keep their positions: only unfetched parents (and folds) get children
         chain = []
-        while id(node) not in self._row:
+        while not self._fetched(node):
             chain.append(node)
             node = node.parent
         for child in reversed(chain):
             if id(child.parent) not in self._kids:
-                self._add_rows(child.parent)
+                self._add_rows(child.parent, self._children(child.parent))
             group = self._group_of.get(id(child))
             if group is not None and id(group) not in self._kids:
-                self._add_rows(group)
+                self._add_rows(group, group.nodes)
 
-    def _add_rows(self, item: Item) -> list[Item]:
-        kids = self._children(item)
-        for i, kid in enumerate(kids):
-            self._row[id(kid)] = i
+    def _add_rows(self, item: Item, kids: list[Item]) -> list[Item]:
+        for kid in kids:
             self._up[id(kid)] = item
             if isinstance(kid, FoldGroup):
                 for node in kid.nodes:
                     self._group_of[id(node)] = kid
+        rows = self._rows[id(item)] = self._filtered(kids)
+        for i, kid in enumerate(rows):
+            self._row[id(kid)] = i
         self._kids[id(item)] = kids
-        return kids
-
-    def row_item(self, parent: Index, row: int) -> Item | None:
-        """The item at ``row`` below ``parent`` without creating an index (for the filter)."""
-        if not parent.isValid():
-            return self._tree.root if self._tree is not None and row == 0 else None
-        kids = self._kids.get(id(parent.internalPointer()))
-        return kids[row] if kids is not None and 0 <= row < len(kids) else None
-
-    def is_row(self, item: Item) -> bool:
-        return id(item) in self._row
+        return rows
 
     def ensure_fetched(self, path: str) -> bool:
         """Make ``path`` and its ancestors (folds included) rows, fetching lazily created children."""
@@ -293,18 +379,19 @@ class ModuleTreeModel(QAbstractItemModel):
         return QModelIndex()
 
     # Qt model API ----------------------------------------------------------------------
-    # index() and parent() are called from C++ for every row the proxy and the view touch:
+    # index() and parent() are called from C++ for every row the view lays out or paints:
     # they stay a couple of dictionary look-ups
     def index(self, row: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:  # noqa: B008
         if row < 0 or not 0 <= column < _NCOLS:
             return QModelIndex()
         if not parent.isValid():
             tree = self._tree
-            return self.createIndex(row, column, tree.root) if row == 0 and tree is not None else QModelIndex()
-        kids = self._kids.get(id(parent.internalPointer()))
-        if kids is None or row >= len(kids):
+            ok = row == 0 and tree is not None and id(tree.root) in self._row
+            return self.createIndex(row, column, tree.root) if ok else QModelIndex()
+        rows = self._rows.get(id(parent.internalPointer()))
+        if rows is None or row >= len(rows):
             return QModelIndex()
-        return self.createIndex(row, column, kids[row])
+        return self.createIndex(row, column, rows[row])
 
     def parent(self, index: Index = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
         if not index.isValid():
@@ -318,37 +405,44 @@ class ModuleTreeModel(QAbstractItemModel):
         if self._tree is None:
             return 0
         if not parent.isValid():
-            return 1
+            return 1 if id(self._tree.root) in self._row else 0
         if parent.column() > 0:
             return 0
-        return len(self._kids.get(id(parent.internalPointer()), ()))
+        return len(self._rows.get(id(parent.internalPointer()), ()))
 
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return len(COLUMNS)
+        return _NCOLS
 
     def hasChildren(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
         if self._tree is None:
             return False
         if not parent.isValid():
-            return True
+            return id(self._tree.root) in self._row
         if parent.column() > 0:
             return False
         item = parent.internalPointer()
-        return True if isinstance(item, FoldGroup) else bool(item.children)
+        rows = self._rows.get(id(item))
+        return bool(rows) if rows is not None else self._may_show_children(item)
+
+    def _may_show_children(self, item: Item) -> bool:
+        kids = item.nodes if isinstance(item, FoldGroup) else item.children
+        shown = self._shown
+        return bool(kids) if shown is None else any(id(k) in shown for k in kids)
 
     def canFetchMore(self, parent: Index) -> bool:
         if self._tree is None or not parent.isValid() or parent.column() > 0:
             return False
         item = parent.internalPointer()
-        return id(item) not in self._kids and (isinstance(item, FoldGroup) or bool(item.children))
+        return id(item) not in self._kids and self._may_show_children(item)
 
     def fetchMore(self, parent: Index) -> None:
         if not self.canFetchMore(parent):
             return
         item = parent.internalPointer()
-        count = len(self._children(item))
+        kids = self._children(item)
+        count = len(self._filtered(kids))
         self.beginInsertRows(parent if isinstance(parent, QModelIndex) else QModelIndex(parent), 0, count - 1)
-        self._add_rows(item)
+        self._add_rows(item, kids)
         self.endInsertRows()
 
     def fetched_count(self) -> int:
@@ -485,79 +579,3 @@ _HEADER_TIPS = (
     "Shape of the module's main weight",
     "dtype of the main weight (meta model: the config's dtype)",
 )
-
-
-class ModuleFilterProxy(QSortFilterProxyModel):
-    """The tree filtered by a :class:`NodeFilter` (regex, state, family, class).
-
-    A row shows when its module matches or contains a match; a fold row when one of its
-    layers does. The set of such modules is computed once per filter over the plain tree,
-    so :meth:`filterAcceptsRow` is a set look-up (Qt's recursive filtering would call back
-    into Python for every row and its ancestors, many times over).
-    """
-
-    def __init__(self, parent: Any = None) -> None:
-        super().__init__(parent)
-        # the filter is re-applied by set_needle; a highlight change must not re-filter each row
-        self.setDynamicSortFilter(False)
-        self._filter = NodeFilter("")
-        self._shown: set[int] | None = None  # ids of modules that match or contain a match
-        self._hits: list[ModuleNode] = []
-        self._source: ModuleTreeModel | None = None
-
-    def setSourceModel(self, model: Any) -> None:  # Qt override: keep the Python model at hand
-        self._source = model
-        super().setSourceModel(model)
-
-    @property
-    def needle(self) -> str:
-        return self._filter.text
-
-    @property
-    def node_filter(self) -> NodeFilter:
-        return self._filter
-
-    @property
-    def hits(self) -> list[ModuleNode]:
-        """The modules that match the filter, in tree order (empty without a filter)."""
-        return self._hits
-
-    def set_needle(self, text: str, state: str = "") -> list[ModuleNode]:
-        """Filter by ``text`` (see :class:`NodeFilter`) and a state ('', 'fused', 'family:qkv', ...).
-
-        Returns:
-            The matching modules in tree order; their ancestors (folds included) are made rows.
-        """
-        self._filter = NodeFilter(text, state)
-        model = self._source
-        tree = model.tree if model is not None else None
-        if tree is None or not self._filter:
-            self._shown, self._hits = None, []
-        else:
-            overlay = model.overlay
-            self._hits = [n for n in tree.root.walk() if self._filter.matches(n, overlay)]
-            shown: set[int] = set()
-            for node in self._hits:
-                while node is not None and id(node) not in shown:
-                    shown.add(id(node))
-                    node = node.parent
-            self._shown = shown
-            model.fetch_rows(self._hits)
-        # one layout change: the mapping is rebuilt lazily, for the rows the view lays out
-        self.invalidate()
-        return self._hits
-
-    def matches(self, node: ModuleNode) -> bool:
-        model = self._source
-        return self._filter.matches(node, model.overlay if model is not None else None)
-
-    def filterAcceptsRow(self, source_row: int, source_parent: Index) -> bool:
-        shown = self._shown
-        if shown is None:
-            return True
-        item = self._source.row_item(source_parent, source_row) if self._source is not None else None
-        if item is None:
-            return False
-        if isinstance(item, FoldGroup):
-            return any(id(n) in shown for n in item.nodes)
-        return id(item) in shown

@@ -7,7 +7,7 @@ from PySide6.QtCore import QModelIndex, Qt
 from torch import nn
 
 from fusion_core import module_tree
-from fusion_gui.models.tree_model import CountRole, ModuleFilterProxy, ModuleTreeModel, StatusRole
+from fusion_gui.models.tree_model import CountRole, ModuleTreeModel, StatusRole
 
 PATCH = "model.visual.patch_embed"
 
@@ -34,7 +34,6 @@ def test_patch_embedding_highlighted_after_enabling(qtbot, qtmodeltester, window
     )
     assert "patch_embeddings (1)" in legend
     qtmodeltester.check(model)
-    qtmodeltester.check(window.tree.proxy)
 
 
 def test_filter_finds_patch_embedding(qtbot, window, open_model):
@@ -42,15 +41,15 @@ def test_filter_finds_patch_embedding(qtbot, window, open_model):
     tree = window.tree
     qtbot.keyClicks(tree.filter_edit, "patch_embed")
     qtbot.waitUntil(lambda: tree.filter_count.text() != "", timeout=5_000)
-    assert tree.proxy_index(PATCH).isValid()
-    assert not tree.proxy_index("model.language_model.embed_tokens").isValid()
+    assert tree.view_index(PATCH).isValid()
+    assert not tree.view_index("model.language_model.embed_tokens").isValid()
     # classes match too: the Conv3d inside the patch embedding
     tree.filter_edit.setText("conv3d")
     assert tree.apply_filter() == 1
-    assert tree.proxy_index(f"{PATCH}.proj").isValid()
+    assert tree.view_index(f"{PATCH}.proj").isValid()
     tree.filter_edit.clear()
     assert tree.apply_filter() == 0
-    assert tree.proxy_index("model.language_model.embed_tokens").isValid()
+    assert tree.view_index("model.language_model.embed_tokens").isValid()
 
 
 def test_expand_to_fusable_and_details(qtbot, window, open_model, only_fusions):
@@ -62,7 +61,7 @@ def test_expand_to_fusable_and_details(qtbot, window, open_model, only_fusions):
         assert tree.expand_to_fusable() == PATCH
     assert sig.args == [PATCH]
     assert tree.current_path() == PATCH
-    assert tree.view.isExpanded(tree.proxy_index("model.visual"))
+    assert tree.view.isExpanded(tree.view_index("model.visual"))
     text = window.details.text()
     assert PATCH in text and "PatchEmbed" in text and "FusedPatchEmbed" in text
     assert "replaced by FusedPatchEmbed" in text
@@ -98,17 +97,17 @@ def test_filter_reaches_unexpanded_rows(qtbot):
     tree = module_tree(_wide_model(20, 30))
     model = ModuleTreeModel(fold=False)
     model.set_tree(tree)
-    proxy = ModuleFilterProxy()
-    proxy.setSourceModel(model)
-    for node in tree.by_path.values():
-        if node.path.endswith(".17"):
-            model.ensure_fetched(node.path)
-    proxy.set_needle("12.17")
-    top = proxy.index(0, 0, QModelIndex())
-    assert proxy.rowCount(top) == 1
-    block = proxy.index(0, 0, top)
+    hits = model.set_needle("12.17")  # nothing below the root was fetched
+    assert [n.path for n in hits] == ["12.17"]
+    top = model.index(0, 0, QModelIndex())
+    assert model.rowCount(top) == 1
+    block = model.index(0, 0, top)
     assert block.data() == "12"
-    assert proxy.index(0, 0, block).data() == "17"
+    assert model.rowCount(block) == 1 and model.index(0, 0, block).data() == "17"
+    assert model.fetched_count() == 2  # only the hit's ancestors
+    assert not model.index_for_path("11").isValid()
+    model.set_needle("")
+    assert model.rowCount(top) == 20 and model.rowCount(block) == 30
 
 
 def test_rejected_candidate_marked_with_reason(qtbot, window, open_model, only_fusions):
