@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ..state import AppState
 
 
+CHECK_STATES = {"checked", "failed"}  # filter states that only check results can satisfy
 STATE_CHOICES = (
     ("All modules", ""),
     ("Fused", "is:fused"),
@@ -255,6 +256,20 @@ class TreePanel(QWidget):
         self.view.setColumnHidden(CHECK, not has)
         if has:
             self.fit_columns()
+        elif set(self.model.node_filter.states) & CHECK_STATES:
+            self._drop_check_terms()
+
+    def _drop_check_terms(self) -> None:
+        """The check results are gone: a filter on them (is:checked, is:failed) would hide every row."""
+        terms = [t for t in self.filter_edit.text().split() if t.lower() not in {f"is:{s}" for s in CHECK_STATES}]
+        self.filter_edit.blockSignals(True)
+        self.filter_edit.setText(" ".join(terms))
+        self.filter_edit.blockSignals(False)
+        if (self.state_box.currentData() or "").removeprefix("is:") in CHECK_STATES:
+            self.state_box.blockSignals(True)
+            self.state_box.setCurrentIndex(0)
+            self.state_box.blockSignals(False)
+        self.apply_filter()
 
     def _fill_state_box(self) -> None:
         current = self.state_box.currentData() or ""
