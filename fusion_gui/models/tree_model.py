@@ -45,6 +45,22 @@ NAME, CLASS, CHECK, INSTANCES, PARAMS, OWN, SHAPE, DTYPE = range(len(COLUMNS))
 _NCOLS = len(COLUMNS)
 # computed once: Qt asks for the flags of every row it lays out, and enum arithmetic is slow in Python
 _FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+# a leaf says so: the view then does not ask it hasChildren() as it lays out
+_LEAF_FLAGS = _FLAGS | Qt.ItemFlag.ItemNeverHasChildren
+# roles as plain ints, compared in data() for every cell painted
+_DISPLAY = int(Qt.ItemDataRole.DisplayRole)
+_DECORATION = int(Qt.ItemDataRole.DecorationRole)
+_TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
+_FONT = int(Qt.ItemDataRole.FontRole)
+_ALIGN = int(Qt.ItemDataRole.TextAlignmentRole)
+_BACKGROUND = int(Qt.ItemDataRole.BackgroundRole)
+_FOREGROUND = int(Qt.ItemDataRole.ForegroundRole)
+_RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+_NUMBERS = (INSTANCES, PARAMS, OWN)
+_ROLES = frozenset(
+    [_DISPLAY, _DECORATION, _TOOLTIP, _FONT, _ALIGN, _BACKGROUND, _FOREGROUND]
+    + [int(r) for r in (PathRole, StatusRole, CountRole, FamilyRole, ColourRole, FoldRole)]
+)
 
 
 @dataclass(eq=False)
@@ -88,6 +104,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._shown: set[int] | None = None  # ids of modules that match the filter or contain a match
         self._hits: list[ModuleNode] = []
         self.overlay = Overlay()
+        self._texts: dict[int, tuple[str, ...]] = {}  # id(node) -> its columns' text (the tree is immutable)
         self._bold = QFont()
         self._bold.setBold(True)
 
@@ -117,7 +134,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self.endResetModel()
 
     def _clear_rows(self) -> None:
-        self._kids, self._rows, self._up, self._group_of = {}, {}, {}, {}
+        self._kids, self._rows, self._up, self._group_of, self._texts = {}, {}, {}, {}, {}
         self._filter, self._shown, self._hits = NodeFilter(""), None, []
         self._row = {id(self._tree.root): 0} if self._tree is not None else {}
 
@@ -458,10 +475,13 @@ class ModuleTreeModel(QAbstractItemModel):
         return None
 
     def flags(self, index: Index) -> Qt.ItemFlag:
-        return _FLAGS if index.isValid() else Qt.ItemFlag.NoItemFlags
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        item = index.internalPointer()
+        return _FLAGS if isinstance(item, FoldGroup) or item.children else _LEAF_FLAGS
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid():
+        if role not in _ROLES or not index.isValid():
             return None
         item = index.internalPointer()
         if isinstance(item, FoldGroup):
@@ -471,8 +491,23 @@ class ModuleTreeModel(QAbstractItemModel):
     def _data(self, node: ModuleNode, col: int, role: int) -> Any:
         ov = self.overlay
         path = node.path
-        if role == Qt.ItemDataRole.DisplayRole:
-            return ov.check_text([path], below=path) if col == CHECK else _display(node, col)
+        if role == _DISPLAY:
+            if col == CHECK:
+                return ov.check_text([path], below=path)
+            texts = self._texts.get(id(node))
+            if texts is None:
+                texts = self._texts[id(node)] = tuple(_display(node, c) for c in range(_NCOLS))
+            return texts[col]
+        if role == _BACKGROUND:
+            return ov.check_tint([path], below=path) if col == CHECK else ov.background(path)
+        if role == _DECORATION:
+            return ov.icon(path, [path]) if col == NAME else None
+        if role == _ALIGN:
+            return _RIGHT if col in _NUMBERS else None
+        if role == _FOREGROUND:
+            return QColor(style.TEXT_ON_TINT) if ov.status(path) else None
+        if role == _FONT:
+            return self._bold if path in ov.matched and col in (NAME, CLASS) else None
         if role == PathRole:
             return path
         if role == StatusRole:
@@ -485,17 +520,7 @@ class ModuleTreeModel(QAbstractItemModel):
             return ov.colour_below([path], strictly=True)
         if role == FoldRole:
             return 0
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (INSTANCES, PARAMS, OWN):
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.DecorationRole and col == NAME:
-            return ov.icon(path, [path])
-        if role == Qt.ItemDataRole.BackgroundRole:
-            return ov.check_tint([path], below=path) if col == CHECK else ov.background(path)
-        if role == Qt.ItemDataRole.ForegroundRole and ov.status(path):
-            return QColor(style.TEXT_ON_TINT)
-        if role == Qt.ItemDataRole.FontRole and path in ov.matched and col in (NAME, CLASS):
-            return self._bold
-        if role == Qt.ItemDataRole.ToolTipRole:
+        if role == _TOOLTIP:
             return ov.check_tooltip([path], below=path) if col == CHECK else ov.tooltip(node)
         return None
 
