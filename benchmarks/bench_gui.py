@@ -2,7 +2,7 @@
 
 Usage::
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/bench_gui.py [--runs 3] [--skip-stalls]
+    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/bench_gui.py [--runs 3] [--skip-stalls] [--only-interactions]
 
 1. Start-up: ``python -m fusion_gui MODEL --report-timing`` in a fresh process, for
    ``arch:qwen2_5_omni`` and ``arch:qwen2_vl`` (full-size default configs) and

@@ -178,6 +178,12 @@ def test_filter_clear_and_expand_all_at_real_size(qtbot, qtmodeltester, window, 
     folds = sum(1 for i in shown if i.data(FoldRole))
     assert folds > 0 and len(shown) == len(modules) + folds
     assert tree.view.isExpanded(tree.view_index(f"{layers}.{n - 1}.mlp"))
+    # highlights follow a toggle on the expanded tree, and every row stays open
+    only_fusions(window)
+    assert tree.view_index(f"{layers}.0.mlp").data(StatusRole) == ""
+    only_fusions(window, "gate_up")
+    assert tree.view_index(f"{layers}.{n - 1}.mlp").data(StatusRole) == "matched"
+    assert len(_shown_rows(tree.view)) == len(modules) + folds
     tree.view.collapseAll()
     assert len(_shown_rows(tree.view)) == 1
 
