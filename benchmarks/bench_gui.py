@@ -2,7 +2,7 @@
 
 Usage::
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/bench_gui.py [--runs 3] [--skip-stalls]
+    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/bench_gui.py [--runs 3] [--skip-stalls] [--only-interactions]
 
 1. Start-up: ``python -m fusion_gui MODEL --report-timing`` in a fresh process, for
    ``arch:qwen2_5_omni`` and ``arch:qwen2_vl`` (full-size default configs) and
@@ -205,17 +205,45 @@ def interactions(app, window, meter: StallMeter) -> dict[str, tuple[float, float
 OMNI = "arch:qwen2_5_omni"
 
 
+def interactions_only() -> dict[str, tuple[float, float]]:
+    """:func:`interactions` alone, in a fresh window of the same size."""
+    from PySide6.QtWidgets import QApplication
+
+    from fusion_gui.app import create_app
+    from fusion_gui.main_window import MainWindow
+
+    app = create_app()
+    window = MainWindow()
+    window.resize(1460, 900)
+    window.show()
+    app.processEvents()
+    meter = StallMeter()
+    try:
+        return interactions(app, window, meter)
+    finally:
+        window.state.shutdown()
+        window.close()
+        QApplication.processEvents()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-stalls", action="store_true")
     parser.add_argument("--skip-startup", action="store_true")
+    parser.add_argument(
+        "--only-interactions", action="store_true", help="only the tree interactions on arch:qwen2_5_omni"
+    )
     args = parser.parse_args()
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tmp = Path(tempfile.mkdtemp(prefix="bench-gui-"))
     os.environ["FUSION_INSPECTOR_SETTINGS"] = str(tmp / "settings.ini")
     env = dict(os.environ)
+    if args.only_interactions:
+        print(f"longest GUI-thread stall (5 ms timer; target <= {TARGET_STALL_MS:.0f} ms)")
+        _print_stalls(interactions_only())
+        return 0
 
     print(
         f"start-up, fresh process (target: tree painted <= {TARGET_PAINT_S} s on reopen; reopen: median of {args.runs})"
@@ -230,10 +258,14 @@ def main() -> int:
             )
     if not args.skip_stalls:
         print(f"longest GUI-thread stall (5 ms timer; target <= {TARGET_STALL_MS:.0f} ms)")
-        for name, (ms, seconds) in stalls(tmp).items():
-            verdict = "ok" if ms <= TARGET_STALL_MS else "OVER"
-            print(f"  {name:<50} {ms:7.1f} ms [{verdict}]  (job {seconds:.2f} s)")
+        _print_stalls(stalls(tmp))
     return 0
+
+
+def _print_stalls(results: dict[str, tuple[float, float]]) -> None:
+    for name, (ms, seconds) in results.items():
+        verdict = "ok" if ms <= TARGET_STALL_MS else "OVER"
+        print(f"  {name:<50} {ms:7.1f} ms [{verdict}]  (job {seconds:.2f} s)")
 
 
 if __name__ == "__main__":

@@ -6,21 +6,21 @@ siblings, e.g. "layers 0–31 ×32 (identical)", whose children are those layers
 children are created only when the view expands it (``canFetchMore``/``fetchMore``), so a
 model with 10,000+ modules opens at once. Highlights (modules a family replaces, rejected
 candidates, counts on ancestors) and check results come from :class:`Overlay`.
+
+The model filters itself (:meth:`ModuleTreeModel.set_filter`) rather than sitting under a
+``QSortFilterProxyModel``: each call the view makes through a proxy costs a second round
+trip into Python (the proxy maps every index back with ``index()``), which doubled the
+time to lay out or paint thousands of rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import (
-    QAbstractItemModel,
-    QModelIndex,
-    QPersistentModelIndex,
-    QSortFilterProxyModel,
-    Qt,
-)
+from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor, QFont
 
 from .. import style
@@ -42,6 +42,26 @@ FoldRole = Qt.ItemDataRole.UserRole + 6  # number of folded modules (0: not a fo
 # the Check column (hidden until checks ran) sits by the name, where a narrow window still shows it
 COLUMNS = ("Module", "Class", "Check", "Instances", "Params", "Own", "Weight shape", "dtype")
 NAME, CLASS, CHECK, INSTANCES, PARAMS, OWN, SHAPE, DTYPE = range(len(COLUMNS))
+_NCOLS = len(COLUMNS)
+# computed once: Qt asks for the flags of every row it lays out, and enum arithmetic is slow in Python
+_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+# a leaf says so: the view then does not ask it hasChildren() as it lays out
+_LEAF_FLAGS = _FLAGS | Qt.ItemFlag.ItemNeverHasChildren
+# roles as plain ints, compared in data() for every cell painted
+_DISPLAY = int(Qt.ItemDataRole.DisplayRole)
+_DECORATION = int(Qt.ItemDataRole.DecorationRole)
+_TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
+_FONT = int(Qt.ItemDataRole.FontRole)
+_ALIGN = int(Qt.ItemDataRole.TextAlignmentRole)
+_BACKGROUND = int(Qt.ItemDataRole.BackgroundRole)
+_FOREGROUND = int(Qt.ItemDataRole.ForegroundRole)
+_RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+_NUMBERS = (INSTANCES, PARAMS, OWN)
+_MANY_PARENTS = 64  # beyond this many parents with rows, a highlight change is one layout change
+_ROLES = frozenset(
+    [_DISPLAY, _DECORATION, _TOOLTIP, _FONT, _ALIGN, _BACKGROUND, _FOREGROUND]
+    + [int(r) for r in (PathRole, StatusRole, CountRole, FamilyRole, ColourRole, FoldRole)]
+)
 
 
 @dataclass(eq=False)
@@ -76,11 +96,16 @@ class ModuleTreeModel(QAbstractItemModel):
         super().__init__(parent)
         self._tree: ModuleTree | None = None
         self._fold = fold
-        self._kids: dict[int, list[Item]] = {}  # id(item) -> its rows, once fetched
-        self._up: dict[int, Item] = {}  # id(row item) -> the item it is a row of
-        self._row: dict[int, int] = {}  # id(row item) -> row under its display parent
+        self._kids: dict[int, list[Item]] = {}  # id(item) -> its children as items, once fetched
+        self._rows: dict[int, list[Item]] = {}  # id(item) -> those the filter shows (its rows)
+        self._up: dict[int, Item] = {}  # id(child item) -> the item it is a child of
+        self._row: dict[int, int] = {}  # id(shown item) -> its row under its display parent
         self._group_of: dict[int, FoldGroup] = {}  # id(node) -> its fold, once the parent is fetched
+        self._filter = NodeFilter("")
+        self._shown: set[int] | None = None  # ids of modules that match the filter or contain a match
+        self._hits: list[ModuleNode] = []
         self.overlay = Overlay()
+        self._texts: dict[int, tuple[str, ...]] = {}  # id(node) -> its columns' text (the tree is immutable)
         self._bold = QFont()
         self._bold.setBold(True)
 
@@ -110,8 +135,83 @@ class ModuleTreeModel(QAbstractItemModel):
         self.endResetModel()
 
     def _clear_rows(self) -> None:
-        self._kids, self._up, self._group_of = {}, {}, {}
+        self._kids, self._rows, self._up, self._group_of, self._texts = {}, {}, {}, {}, {}
+        self._filter, self._shown, self._hits = NodeFilter(""), None, []
         self._row = {id(self._tree.root): 0} if self._tree is not None else {}
+
+    # filter ----------------------------------------------------------------------------
+    @property
+    def node_filter(self) -> NodeFilter:
+        return self._filter
+
+    @property
+    def needle(self) -> str:
+        return self._filter.text
+
+    @property
+    def hits(self) -> list[ModuleNode]:
+        """The modules that match the filter, in tree order (empty without a filter)."""
+        return self._hits
+
+    def matches(self, node: ModuleNode) -> bool:
+        return self._filter.matches(node, self.overlay)
+
+    def set_needle(self, text: str, state: str = "") -> list[ModuleNode]:
+        """Filter by ``text`` and a state term; see :meth:`set_filter`."""
+        return self.set_filter(NodeFilter(text, state))
+
+    def set_filter(self, node_filter: NodeFilter) -> list[ModuleNode]:
+        """Show only modules that match ``node_filter`` or contain a match (a fold: when one of its layers does).
+
+        The shown set is computed once over the plain tree; the hits' ancestors (folds
+        included) are made rows, and rows, persistent indexes (the view's expanded rows,
+        the selection) follow in one layout change.
+
+        Args:
+            node_filter: the filter (an empty one shows everything).
+
+        Returns:
+            The matching modules in tree order.
+        """
+        tree = self._tree
+        self._filter = node_filter
+        if tree is None or not node_filter:
+            shown, hits = None, []
+        else:
+            hits = [n for n in tree.root.walk() if node_filter.matches(n, self.overlay)]
+            shown = set()
+            for node in hits:
+                while node is not None and id(node) not in shown:
+                    shown.add(id(node))
+                    node = node.parent
+        self._hits = hits
+        if tree is None:
+            return hits
+        self.layoutAboutToBeChanged.emit()
+        before = self.persistentIndexList()
+        items = [(index.internalPointer(), index.column()) for index in before]
+        for node in hits:
+            self._make_row(node)
+        self._shown = shown
+        self._row = {id(tree.root): 0} if self._visible(tree.root) else {}
+        for key, kids in self._kids.items():
+            rows = self._rows[key] = self._filtered(kids)
+            for i, kid in enumerate(rows):
+                self._row[id(kid)] = i
+        self.changePersistentIndexList(before, [self._index_of(item, col) for item, col in items])
+        self.layoutChanged.emit()
+        return hits
+
+    def _visible(self, item: Item) -> bool:
+        shown = self._shown
+        if shown is None:
+            return True
+        if isinstance(item, FoldGroup):
+            return any(id(n) in shown for n in item.nodes)
+        return id(item) in shown
+
+    def _filtered(self, kids: list[Item]) -> list[Item]:
+        return kids if self._shown is None else [k for k in kids if self._visible(k)]
 
     def set_highlights(
         self,
@@ -143,14 +243,22 @@ class ModuleTreeModel(QAbstractItemModel):
         return list(self.overlay.matched)
 
     def _refresh_all(self) -> None:
-        if self._tree is None:
+        if self._tree is None or not self._row:
             return
         last = self.columnCount() - 1
         self.dataChanged.emit(self.index(0, 0), self.index(0, last))
-        for kids in list(self._kids.values()):
-            parent = self._index_of(self._up[id(kids[0])])
+        parents = [rows for rows in self._rows.values() if rows]
+        if len(parents) > _MANY_PARENTS:
+            # one dataChanged per parent costs the view dozens of calls into Python each
+            # (0.27 s per toggle on an expanded 2.7k-module tree); a layout change that moves
+            # no row is one re-layout, and persistent indexes stay as they are
+            self.layoutAboutToBeChanged.emit()
+            self.layoutChanged.emit()
+            return
+        for rows in parents:
+            parent = self._index_of(self._up[id(rows[0])])
             if parent.isValid():
-                self.dataChanged.emit(self.index(0, 0, parent), self.index(len(kids) - 1, last, parent))
+                self.dataChanged.emit(self.index(0, 0, parent), self.index(len(rows) - 1, last, parent))
 
     def _children(self, item: Item) -> list[Item]:
         """The rows below ``item``: a node's children with identical runs folded; a fold's nodes."""
@@ -172,6 +280,73 @@ class ModuleTreeModel(QAbstractItemModel):
             i = stop
         out.extend(children[i:])
         return out
+
+    def fetch_rows(self, nodes: Iterable[ModuleNode]) -> int:
+        """Make each of ``nodes`` a child of a fetched row (fetching its ancestors and folds) in one layout change.
+
+        Fetching many rows one ``fetchMore`` at a time costs a row-insertion signal each,
+        which the view handles one by one; this announces them all at once.
+
+        Args:
+            nodes: modules of this model's tree.
+
+        Returns:
+            How many of them were not fetched before.
+        """
+        missing = [n for n in nodes if not self._fetched(n)]
+        if not missing:
+            return 0
+        self.layoutAboutToBeChanged.emit()
+        for node in missing:
+            self._make_row(node)
+        self.layoutChanged.emit()
+        return len(missing)
+
+    def fetch_below(self, item: Item) -> int:
+        """Fetch every module below ``item`` (a node or a fold); see :meth:`fetch_rows`."""
+        tops = item.nodes if isinstance(item, FoldGroup) else [item]
+        return self.fetch_rows(n for top in tops for n in top.walk())
+
+    def parents_below(self, item: Item) -> list[Item]:
+        """The shown rows at or below ``item`` that have rows below them (folds included), in tree order."""
+        out: list[Item] = []
+        stack = [item]
+        while stack:
+            it = stack.pop()
+            rows = self._rows.get(id(it))
+            if rows:
+                out.append(it)
+                stack.extend(reversed(rows))
+        return out
+
+    def _fetched(self, node: ModuleNode) -> bool:
+        # a child of a fetched item (shown or not), or the root
+        return id(node) in self._up or node.parent is None
+
+    def _make_row(self, node: ModuleNode) -> None:
+        # existing rows keep their positions: only unfetched parents (and folds) get children
+        chain = []
+        while not self._fetched(node):
+            chain.append(node)
+            node = node.parent
+        for child in reversed(chain):
+            if id(child.parent) not in self._kids:
+                self._add_rows(child.parent, self._children(child.parent))
+            group = self._group_of.get(id(child))
+            if group is not None and id(group) not in self._kids:
+                self._add_rows(group, group.nodes)
+
+    def _add_rows(self, item: Item, kids: list[Item]) -> list[Item]:
+        for kid in kids:
+            self._up[id(kid)] = item
+            if isinstance(kid, FoldGroup):
+                for node in kid.nodes:
+                    self._group_of[id(node)] = kid
+        rows = self._rows[id(item)] = self._filtered(kids)
+        for i, kid in enumerate(rows):
+            self._row[id(kid)] = i
+        self._kids[id(item)] = kids
+        return rows
 
     def ensure_fetched(self, path: str) -> bool:
         """Make ``path`` and its ancestors (folds included) rows, fetching lazily created children."""
@@ -203,6 +378,14 @@ class ModuleTreeModel(QAbstractItemModel):
         row = self._row.get(id(item))
         return QModelIndex() if row is None else self.createIndex(row, column, item)
 
+    def index_for_item(self, item: Item, column: int = 0) -> QModelIndex:
+        """The index of a row's node or fold (invalid when it is not a row yet)."""
+        return self._index_of(item, column)
+
+    def fold_of(self, node: ModuleNode) -> FoldGroup | None:
+        """The fold row that holds ``node``, once its parent's rows exist."""
+        return self._group_of.get(id(node))
+
     def index_for_node(self, node: ModuleNode, column: int = 0) -> QModelIndex:
         """The index of ``node`` (its ancestors must be fetched; see :meth:`ensure_fetched`)."""
         return self._index_of(node, column)
@@ -221,15 +404,19 @@ class ModuleTreeModel(QAbstractItemModel):
         return QModelIndex()
 
     # Qt model API ----------------------------------------------------------------------
+    # index() and parent() are called from C++ for every row the view lays out or paints:
+    # they stay a couple of dictionary look-ups
     def index(self, row: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:  # noqa: B008
-        if self._tree is None or column < 0 or column >= len(COLUMNS) or row < 0:
+        if row < 0 or not 0 <= column < _NCOLS:
             return QModelIndex()
         if not parent.isValid():
-            return self.createIndex(row, column, self._tree.root) if row == 0 else QModelIndex()
-        kids = self._kids.get(id(parent.internalPointer()))
-        if kids is None or row >= len(kids):
+            tree = self._tree
+            ok = row == 0 and tree is not None and id(tree.root) in self._row
+            return self.createIndex(row, column, tree.root) if ok else QModelIndex()
+        rows = self._rows.get(id(parent.internalPointer()))
+        if rows is None or row >= len(rows):
             return QModelIndex()
-        return self.createIndex(row, column, kids[row])
+        return self.createIndex(row, column, rows[row])
 
     def parent(self, index: Index = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
         if not index.isValid():
@@ -237,49 +424,50 @@ class ModuleTreeModel(QAbstractItemModel):
         up = self._up.get(id(index.internalPointer()))
         if up is None:
             return QModelIndex()
-        return self.createIndex(self._row.get(id(up), 0), 0, up)
+        return self.createIndex(self._row[id(up)], 0, up)
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         if self._tree is None:
             return 0
         if not parent.isValid():
-            return 1
+            return 1 if id(self._tree.root) in self._row else 0
         if parent.column() > 0:
             return 0
-        return len(self._kids.get(id(parent.internalPointer()), ()))
+        return len(self._rows.get(id(parent.internalPointer()), ()))
 
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return len(COLUMNS)
+        return _NCOLS
 
     def hasChildren(self, parent: Index = QModelIndex()) -> bool:  # noqa: B008
         if self._tree is None:
             return False
         if not parent.isValid():
-            return True
+            return id(self._tree.root) in self._row
         if parent.column() > 0:
             return False
         item = parent.internalPointer()
-        return True if isinstance(item, FoldGroup) else bool(item.children)
+        rows = self._rows.get(id(item))
+        return bool(rows) if rows is not None else self._may_show_children(item)
+
+    def _may_show_children(self, item: Item) -> bool:
+        kids = item.nodes if isinstance(item, FoldGroup) else item.children
+        shown = self._shown
+        return bool(kids) if shown is None else any(id(k) in shown for k in kids)
 
     def canFetchMore(self, parent: Index) -> bool:
         if self._tree is None or not parent.isValid() or parent.column() > 0:
             return False
         item = parent.internalPointer()
-        return id(item) not in self._kids and (isinstance(item, FoldGroup) or bool(item.children))
+        return id(item) not in self._kids and self._may_show_children(item)
 
     def fetchMore(self, parent: Index) -> None:
         if not self.canFetchMore(parent):
             return
         item = parent.internalPointer()
         kids = self._children(item)
-        self.beginInsertRows(parent if isinstance(parent, QModelIndex) else QModelIndex(parent), 0, len(kids) - 1)
-        for i, kid in enumerate(kids):
-            self._row[id(kid)] = i
-            self._up[id(kid)] = item
-            if isinstance(kid, FoldGroup):
-                for node in kid.nodes:
-                    self._group_of[id(node)] = kid
-        self._kids[id(item)] = kids
+        count = len(self._filtered(kids))
+        self.beginInsertRows(parent if isinstance(parent, QModelIndex) else QModelIndex(parent), 0, count - 1)
+        self._add_rows(item, kids)
         self.endInsertRows()
 
     def fetched_count(self) -> int:
@@ -297,10 +485,11 @@ class ModuleTreeModel(QAbstractItemModel):
     def flags(self, index: Index) -> Qt.ItemFlag:
         if not index.isValid():
             return Qt.ItemFlag.NoItemFlags
-        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+        item = index.internalPointer()
+        return _FLAGS if isinstance(item, FoldGroup) or item.children else _LEAF_FLAGS
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid():
+        if role not in _ROLES or not index.isValid():
             return None
         item = index.internalPointer()
         if isinstance(item, FoldGroup):
@@ -310,8 +499,23 @@ class ModuleTreeModel(QAbstractItemModel):
     def _data(self, node: ModuleNode, col: int, role: int) -> Any:
         ov = self.overlay
         path = node.path
-        if role == Qt.ItemDataRole.DisplayRole:
-            return ov.check_text([path], below=path) if col == CHECK else _display(node, col)
+        if role == _DISPLAY:
+            if col == CHECK:
+                return ov.check_text([path], below=path)
+            texts = self._texts.get(id(node))
+            if texts is None:
+                texts = self._texts[id(node)] = tuple(_display(node, c) for c in range(_NCOLS))
+            return texts[col]
+        if role == _BACKGROUND:
+            return ov.check_tint([path], below=path) if col == CHECK else ov.background(path)
+        if role == _DECORATION:
+            return ov.icon(path, [path]) if col == NAME else None
+        if role == _ALIGN:
+            return _RIGHT if col in _NUMBERS else None
+        if role == _FOREGROUND:
+            return QColor(style.TEXT_ON_TINT) if ov.status(path) else None
+        if role == _FONT:
+            return self._bold if path in ov.matched and col in (NAME, CLASS) else None
         if role == PathRole:
             return path
         if role == StatusRole:
@@ -324,17 +528,7 @@ class ModuleTreeModel(QAbstractItemModel):
             return ov.colour_below([path], strictly=True)
         if role == FoldRole:
             return 0
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (INSTANCES, PARAMS, OWN):
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.DecorationRole and col == NAME:
-            return ov.icon(path, [path])
-        if role == Qt.ItemDataRole.BackgroundRole:
-            return ov.check_tint([path], below=path) if col == CHECK else ov.background(path)
-        if role == Qt.ItemDataRole.ForegroundRole and ov.status(path):
-            return QColor(style.TEXT_ON_TINT)
-        if role == Qt.ItemDataRole.FontRole and path in ov.matched and col in (NAME, CLASS):
-            return self._bold
-        if role == Qt.ItemDataRole.ToolTipRole:
+        if role == _TOOLTIP:
             return ov.check_tooltip([path], below=path) if col == CHECK else ov.tooltip(node)
         return None
 
@@ -418,38 +612,3 @@ _HEADER_TIPS = (
     "Shape of the module's main weight",
     "dtype of the main weight (meta model: the config's dtype)",
 )
-
-
-class ModuleFilterProxy(QSortFilterProxyModel):
-    """Recursive filter over the tree with a :class:`NodeFilter` (regex, state, family, class)."""
-
-    def __init__(self, parent: Any = None) -> None:
-        super().__init__(parent)
-        self.setRecursiveFilteringEnabled(True)
-        self._filter = NodeFilter("")
-
-    @property
-    def needle(self) -> str:
-        return self._filter.text
-
-    @property
-    def node_filter(self) -> NodeFilter:
-        return self._filter
-
-    def set_needle(self, text: str, state: str = "") -> None:
-        """Filter by ``text`` (see :class:`NodeFilter`) and a state ('', 'fused', 'family:qkv', ...)."""
-        self.beginFilterChange()
-        self._filter = NodeFilter(text, state)
-        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
-
-    def matches(self, node: ModuleNode) -> bool:
-        model = self.sourceModel()
-        return self._filter.matches(node, model.overlay if model is not None else None)
-
-    def filterAcceptsRow(self, source_row: int, source_parent: Index) -> bool:
-        if not self._filter:
-            return True
-        index = self.sourceModel().index(source_row, 0, source_parent)
-        item = index.internalPointer() if index.isValid() else None
-        # a fold row shows when one of its layers does (recursive filtering)
-        return item is not None and not isinstance(item, FoldGroup) and self.matches(item)

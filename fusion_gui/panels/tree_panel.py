@@ -21,13 +21,11 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QSizePolicy,
     QToolButton,
-    QTreeView,
     QVBoxLayout,
     QWidget,
 )
 
 from .. import style
-from ..models.overlay import NodeFilter
 from ..models.tree_model import (
     CHECK,
     CLASS,
@@ -36,18 +34,19 @@ from ..models.tree_model import (
     NAME,
     OWN,
     SHAPE,
-    ModuleFilterProxy,
     ModuleTreeModel,
     PathRole,
 )
-from .tree_parts import BadgeDelegate, EscapeFilter, fill_legend, header_menu, row_menu
+from .tree_parts import BadgeDelegate, EscapeFilter, ModuleTreeView, fill_legend, header_menu, row_menu
 
 if TYPE_CHECKING:
     from fusion_core.model.cache import InspectionView
+    from fusion_core.model.tree import ModuleNode
 
     from ..state import AppState
 
 
+CHECK_STATES = {"checked", "failed"}  # filter states that only check results can satisfy
 STATE_CHOICES = (
     ("All modules", ""),
     ("Fused", "is:fused"),
@@ -68,8 +67,6 @@ class TreePanel(QWidget):
         super().__init__(parent)
         self.state = state
         self.model = ModuleTreeModel(self)
-        self.proxy = ModuleFilterProxy(self)
-        self.proxy.setSourceModel(self.model)
         self._jump = -1
         self._hits: list[str] = []  # matches of the filter, in model order
         self._hit = -1
@@ -108,8 +105,8 @@ class TreePanel(QWidget):
         self.placeholder.setProperty("role", "hint")
         self.placeholder.hide()
 
-        self.view = QTreeView()
-        self.view.setModel(self.proxy)
+        self.view = ModuleTreeView(self._expandable_below)
+        self.view.setModel(self.model)
         self.view.setUniformRowHeights(True)
         self.view.setAlternatingRowColors(True)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -206,7 +203,7 @@ class TreePanel(QWidget):
         self._show_top_levels()
         if self.filter_edit.text() or self.state_box.currentIndex() > 0:
             self.apply_filter()
-        self.view.setCurrentIndex(self.proxy.index(0, 0))
+        self.view.setCurrentIndex(self.model.index(0, 0))
 
     def _show_top_levels(self) -> None:
         # the first two levels: the tower / language model split is what users look for
@@ -216,10 +213,10 @@ class TreePanel(QWidget):
         for child in tree.root.children:
             for grandchild in child.children[:1]:
                 self.model.ensure_fetched(grandchild.path)
-        self.view.expand(self.proxy.index(0, 0))
+        self.view.expand(self.model.index(0, 0))
         for child in tree.root.children:
             if child.children:
-                self.view.expand(self.proxy_index(child.path))
+                self.view.expand(self.view_index(child.path))
         from fusion_core.model.tree import repeat_runs  # the engine is loaded: a model is open
 
         # the layer lists near the top show their folds ("layers 0–31 ×32 (identical)") at once
@@ -228,7 +225,7 @@ class TreePanel(QWidget):
                 if node.kind == "container" and node.path.count(".") <= 2 and repeat_runs(node.children):
                     self.model.ensure_fetched(node.children[0].path)  # the fold row exists, closed
                     self._expand_ancestors(node.path)
-                    self.view.expand(self.proxy_index(node.path))
+                    self.view.expand(self.view_index(node.path))
 
     def _on_fusions_changed(self) -> None:
         matched, rejected = self.state.highlights()
@@ -249,7 +246,7 @@ class TreePanel(QWidget):
         self._jump = -1
         self._fill_state_box()
         self._update_legend()
-        if self.proxy.node_filter:
+        if self.model.node_filter:
             self.apply_filter()  # state filters follow the highlights
         else:
             self.filter_count.setText("")  # a "fusable 1 of 3" from before would be stale
@@ -260,6 +257,20 @@ class TreePanel(QWidget):
         self.view.setColumnHidden(CHECK, not has)
         if has:
             self.fit_columns()
+        elif set(self.model.node_filter.states) & CHECK_STATES:
+            self._drop_check_terms()
+
+    def _drop_check_terms(self) -> None:
+        """The check results are gone: a filter on them (is:checked, is:failed) would hide every row."""
+        terms = [t for t in self.filter_edit.text().split() if t.lower() not in {f"is:{s}" for s in CHECK_STATES}]
+        self.filter_edit.blockSignals(True)
+        self.filter_edit.setText(" ".join(terms))
+        self.filter_edit.blockSignals(False)
+        if (self.state_box.currentData() or "").removeprefix("is:") in CHECK_STATES:
+            self.state_box.blockSignals(True)
+            self.state_box.setCurrentIndex(0)
+            self.state_box.blockSignals(False)
+        self.apply_filter()
 
     def _fill_state_box(self) -> None:
         current = self.state_box.currentData() or ""
@@ -293,30 +304,21 @@ class TreePanel(QWidget):
         """Apply the filter box and the state box now; returns the number of matching modules."""
         self._filter_timer.stop()
         text = self.filter_edit.text()
-        tree = self.model.tree
         term = self.state_box.currentData() or ""
-        node_filter = NodeFilter(text, term)
-        self._hits, self._hit = [], -1
-        if tree is None or not node_filter:
-            self.proxy.set_needle(text, term)
+        hits = self.model.set_needle(text, term)  # the rows of the hits' ancestors are created
+        node_filter = self.model.node_filter
+        self._hits, self._hit = [n.path for n in hits], -1
+        if self.model.tree is None or not node_filter:
             self.filter_count.setText("")
             self.filter_applied.emit(text, 0)
             return 0
-        overlay = self.model.overlay
-        hits = [n for n in tree.root.walk() if node_filter.matches(n, overlay)]
-        # rows below unexpanded nodes (and folds) do not exist yet: create the ancestors of each hit
-        for node in hits:
-            self.model.ensure_fetched(node.path)
-        self.proxy.set_needle(text, term)  # once, after the rows exist
-        for node in hits[:2000]:  # beyond that, expanding costs more than it shows
-            self._expand_ancestors(node.path)
-        self._hits = [n.path for n in hits]
+        self._expand_to(hits[:2000])  # beyond that, expanding costs more than it shows
         error = node_filter.error
         count = f"{len(hits)} match{'es' if len(hits) != 1 else ''}"
         self.filter_count.setText(f"{count} (literal)" if error else count)
         self.filter_count.setToolTip(error)
         if hits:
-            self.view.scrollTo(self.proxy_index(hits[0].path))
+            self.view.scrollTo(self.view_index(hits[0].path))
         self.filter_applied.emit(text, len(hits))
         return len(hits)
 
@@ -353,18 +355,54 @@ class TreePanel(QWidget):
         self.fold_button.setChecked(on)
         self.model.set_folding(on)
         self._show_top_levels()
-        if self.proxy.node_filter:
+        if self.model.node_filter:
             self.apply_filter()
         if current and self.select_path(current):
             self.view.expand(self.view.currentIndex())  # where the user was: open, as the fold was
 
     # navigation ------------------------------------------------------------------------
-    def proxy_index(self, path: str, column: int = 0) -> QModelIndex:
+    @property
+    def proxy(self) -> ModuleTreeModel:
+        """The model the view shows (it filters itself; the name is kept for older callers)."""
+        return self.model
+
+    def view_index(self, path: str, column: int = 0) -> QModelIndex:
         """The view index of ``path`` (fetching its ancestors); invalid if filtered out."""
-        return self.proxy.mapFromSource(self.model.index_for_path(path, column))
+        return self.model.index_for_path(path, column)
+
+    def _expand_to(self, nodes: list[ModuleNode]) -> None:
+        """Expand the rows above each of ``nodes`` (folds included), laying the view out once."""
+        items: dict[int, object] = {}
+        for node in nodes:
+            child, up = node, node.parent
+            while up is not None:
+                fold = self.model.fold_of(child)
+                if fold is not None:
+                    items.setdefault(id(fold), fold)
+                if id(up) in items:
+                    break
+                items[id(up)] = up
+                child, up = up, up.parent
+        # with a layout pending, expand() only records the row: one layout for them all
+        self.view.scheduleDelayedItemsLayout()
+        for item in items.values():
+            self.view.expand(self.model.index_for_item(item))
+
+    def _expandable_below(self, index: QModelIndex) -> list[QModelIndex]:
+        """Create every row below a view row (the whole tree for an invalid one) in one go;
+        returns the view indexes of those with children, the row itself included."""
+        tree = self.model.tree
+        if tree is None:
+            return []
+        item = self.model.item(index) if index.isValid() else tree.root
+        if item is None:
+            return []
+        self.model.fetch_below(item)
+        rows = [self.model.index_for_item(i) for i in self.model.parents_below(item)]
+        return [r for r in rows if r.isValid()]
 
     def _expand_ancestors(self, path: str) -> None:
-        index = self.proxy_index(path).parent()
+        index = self.view_index(path).parent()
         chain = []
         while index.isValid():
             chain.append(index)
@@ -377,12 +415,12 @@ class TreePanel(QWidget):
         """Show and select ``path`` (clearing a filter that hides it)."""
         if self.model.tree is None or path not in self.model.tree.by_path:
             return False
-        index = self.proxy_index(path)
-        if not index.isValid() and self.proxy.node_filter:
+        index = self.view_index(path)
+        if not index.isValid() and self.model.node_filter:
             self.filter_edit.clear()
             self.state_box.setCurrentIndex(0)
             self.apply_filter()
-            index = self.proxy_index(path)
+            index = self.view_index(path)
         if not index.isValid():
             return False
         self._expand_ancestors(path)
@@ -413,19 +451,11 @@ class TreePanel(QWidget):
     def expand_all_below(self, index: QModelIndex | None = None) -> int:
         """Expand every row below ``index`` (default: the current row), folds included."""
         index = index if index is not None else self.view.currentIndex()
-        source = self.proxy.mapToSource(index)
-        item = self.model.item(source)
+        item = self.model.item(index)
         if item is None:
             return 0
         nodes = [n for top in getattr(item, "nodes", [item]) for n in top.walk()]
-        for node in nodes:
-            if node.children:
-                self.model.ensure_fetched(node.children[-1].path)
-                for child in node.children:
-                    group = self.model.fold_for_path(child.path) if self.model.folding else QModelIndex()
-                    if group.isValid():
-                        self.model.fetchMore(group)
-        self.view.expandRecursively(self.proxy.mapFromSource(source))
+        self.view.expandRecursively(index)  # the view creates the rows below in one go
         return len(nodes)
 
     def current_path(self) -> str:

@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QPainter
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QMenu, QStyledItemDelegate, QStyleOptionViewItem
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTreeView,
+    QWidget,
+)
 
 from .. import style
 from ..models.tree_model import CHECK, ColourRole, CountRole, PathRole, StatusRole
@@ -15,6 +24,37 @@ from ..models.tree_model import CHECK, ColourRole, CountRole, PathRole, StatusRo
 if TYPE_CHECKING:
     from ..state import AppState
     from .tree_panel import TreePanel
+
+
+class ModuleTreeView(QTreeView):
+    """A tree view over a lazy model whose expand-all creates the rows below in one go.
+
+    ``QTreeView.expandAll`` fetches each collapsed row's children while it lays out, one
+    row-insertion signal at a time, and lays out and paints in the same pass.
+    ``expandable(index)`` (an invalid index: the whole tree) creates the rows below first,
+    in one layout change, and returns those that have children; they are marked expanded
+    with a layout pending, so the view lays them out once, in the next pass of the event
+    loop, as ``QTreeView.expandRecursively`` does.
+    """
+
+    def __init__(self, expandable: Callable[[QModelIndex], list[QModelIndex]], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._expandable = expandable
+
+    def expandAll(self) -> None:  # Qt override
+        self._expand_rows(QModelIndex())
+
+    def expandRecursively(self, index: QModelIndex, depth: int = -1) -> None:  # Qt override
+        if depth != -1 or not index.isValid():
+            super().expandRecursively(index, depth)
+        else:
+            self._expand_rows(index)
+
+    def _expand_rows(self, index: QModelIndex) -> None:
+        rows = self._expandable(index)
+        self.scheduleDelayedItemsLayout()  # with a layout pending, expand() only records the row
+        for row in rows:
+            self.expand(row)
 
 
 class BadgeDelegate(QStyledItemDelegate):

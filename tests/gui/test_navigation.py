@@ -31,19 +31,19 @@ def test_identical_layers_fold_into_one_row_that_expands(qtbot, qtmodeltester, w
     open_model(window, "demo:qwen2-vl")
     only_fusions(window, "qkv", "gate_up")
     tree = window.tree
-    layers = tree.proxy_index(f"{LM}.layers")
+    layers = tree.view_index(f"{LM}.layers")
     assert tree.view.isExpanded(layers)  # a layer list shows its fold on open
-    assert _child_texts(tree.proxy, layers) == ["layers 0–1 ×2 (identical)"]
-    fold = tree.proxy.index(0, 0, layers)
+    assert _child_texts(tree.model, layers) == ["layers 0–1 ×2 (identical)"]
+    fold = tree.model.index(0, 0, layers)
     assert fold.data(FoldRole) == 2
     # counts aggregate onto the fold: qkv and gate_up in each of the two layers
     assert fold.data(CountRole) == 4
     assert fold.data(ColourRole).name() == style.MIXED.lower()
     assert fold.siblingAtColumn(CLASS).data() == "Qwen2VLDecoderLayer"
     tree.view.expand(fold)
-    assert _child_texts(tree.proxy, fold) == ["0", "1"]
+    assert _child_texts(tree.model, fold) == ["0", "1"]
     # the instance count has its own column: "Linear ×25" no longer reads as a repeat
-    layer0 = tree.proxy_index(f"{LM}.layers.0")
+    layer0 = tree.view_index(f"{LM}.layers.0")
     assert layer0.parent() == fold and layer0.siblingAtColumn(INSTANCES).data() == "2"
     assert "×" not in layer0.siblingAtColumn(CLASS).data()
     # selecting the fold selects the layers' scope
@@ -52,13 +52,13 @@ def test_identical_layers_fold_into_one_row_that_expands(qtbot, qtmodeltester, w
     # unfolded, the layers are plain children again
     tree.fold_button.click()
     assert not tree.model.folding
-    assert _child_texts(tree.proxy, tree.proxy_index(f"{LM}.layers")) == ["0", "1"]
+    assert _child_texts(tree.model, tree.view_index(f"{LM}.layers")) == ["0", "1"]
     assert tree.current_path() == f"{LM}.layers"
     # a named pair of identical modules never folds (q_proj/k_proj are roles, not repeats)
     tree.fold_button.click()
-    gate = tree.proxy_index(f"{LM}.layers.0.mlp.gate_proj")
-    assert gate.parent() == tree.proxy_index(f"{LM}.layers.0.mlp") and gate.data(FoldRole) == 0
-    assert "up_proj" in _child_texts(tree.proxy, gate.parent())
+    gate = tree.view_index(f"{LM}.layers.0.mlp.gate_proj")
+    assert gate.parent() == tree.view_index(f"{LM}.layers.0.mlp") and gate.data(FoldRole) == 0
+    assert "up_proj" in _child_texts(tree.model, gate.parent())
     # the Qt model contract, folds included (a model of its own: the tester is not told of the
     # view's fetches while a reset is in flight)
     model = ModuleTreeModel()
@@ -73,8 +73,8 @@ def test_regex_and_state_filters_and_keys(qtbot, window, open_model, only_fusion
     tree = window.tree
     tree.filter_edit.setText(r"layers.*mlp$")
     assert tree.apply_filter() == 2
-    assert tree.proxy_index(f"{LM}.layers.1.mlp").isValid()
-    assert not tree.proxy_index(f"{LM}.layers.1.self_attn").isValid()
+    assert tree.view_index(f"{LM}.layers.1.mlp").isValid()
+    assert not tree.view_index(f"{LM}.layers.1.self_attn").isValid()
     # Enter and F3 step through the matches, Shift+F3 back
     with qtbot.waitSignal(window.state.module_selected, timeout=5_000):
         qtbot.keyClick(tree.filter_edit, Qt.Key.Key_Return)
@@ -89,17 +89,17 @@ def test_regex_and_state_filters_and_keys(qtbot, window, open_model, only_fusion
     assert QGuiApplication.clipboard().text() == f"{LM}.layers.0.mlp"
     # Esc clears the filter and keeps the module in view
     qtbot.keyClick(tree.filter_edit, Qt.Key.Key_Escape)
-    assert tree.filter_edit.text() == "" and tree.proxy_index(f"{LM}.embed_tokens").isValid()
+    assert tree.filter_edit.text() == "" and tree.view_index(f"{LM}.embed_tokens").isValid()
     assert tree.current_path() == f"{LM}.layers.0.mlp"
     # state filters: the state box, and terms in the text
     tree.set_state_filter("is:fused")
-    fused = {tree.proxy.mapToSource(tree.proxy_index(p)).data(PathRole) for p in tree.model.matched_paths()}
+    fused = {tree.view_index(p).data(PathRole) for p in tree.model.matched_paths()}
     assert tree.filter_count.text() == "4 matches" and len(fused) == 4
-    assert not tree.proxy_index(f"{LM}.embed_tokens").isValid()
+    assert not tree.view_index(f"{LM}.embed_tokens").isValid()
     tree.set_state_filter("family:gate_up")
     # the two fused language-model MLPs and the two vision MLPs gate_up names as near misses (fc1/fc2)
     assert tree.filter_count.text() == "4 matches"
-    assert tree.proxy_index("model.visual.blocks.1.mlp").isValid()
+    assert tree.view_index("model.visual.blocks.1.mlp").isValid()
     tree.set_state_filter("")
     tree.filter_edit.setText("class:^Linear$ is:candidate")
     assert tree.apply_filter() == 0  # the Linear layers are inside the fused modules, not candidates
@@ -115,7 +115,7 @@ def test_context_menu_links_to_the_other_tabs(qtbot, window, open_model, only_fu
     tree = window.tree
     attn = f"{LM}.layers.1.self_attn"
     tree.select_path(attn)
-    menu = tree.context_menu(tree.proxy_index(attn))
+    menu = tree.context_menu(tree.view_index(attn))
     actions = {a.text().split("  ")[0]: a for a in menu.actions() if a.text()}
     assert set(actions) >= {"Copy path", "Show transforms", "Show in mapping", "Check this module", "Expand all below"}
     assert actions["Check this module"].isEnabled()
@@ -128,15 +128,15 @@ def test_context_menu_links_to_the_other_tabs(qtbot, window, open_model, only_fu
     assert window.tabs.currentWidget() is window.mapping
     assert [paths for *_, paths in window.mapping.rows()] == [[attn]]
     # nothing fused under the embedding: the actions say why they are off
-    embed = tree.context_menu(tree.proxy_index(f"{LM}.embed_tokens"))
+    embed = tree.context_menu(tree.view_index(f"{LM}.embed_tokens"))
     show = next(a for a in embed.actions() if a.text() == "Show transforms")
     assert not show.isEnabled() and "nothing is fused here" in show.toolTip()
     # expand all below: every row under the language model, folds included
     tree.view.collapseAll()
-    lm = tree.proxy_index(LM)
+    lm = tree.view_index(LM)
     assert tree.expand_all_below(lm) > 10
-    assert tree.view.isExpanded(tree.proxy_index(f"{LM}.layers.1.mlp"))
-    assert tree.view.isExpanded(tree.model and tree.proxy.mapFromSource(tree.model.fold_for_path(f"{LM}.layers.0")))
+    assert tree.view.isExpanded(tree.view_index(f"{LM}.layers.1.mlp"))
+    assert tree.view.isExpanded(tree.model.fold_for_path(f"{LM}.layers.0"))
 
 
 def test_selection_filters_transforms_and_mapping_and_back(qtbot, window, open_model, only_fusions):
@@ -262,6 +262,6 @@ def test_config_only_cannot_run_checks(qtbot, window, open_model, only_fusions, 
     only_fusions(window, "patch_embeddings")
     assert not window.checks_action.isEnabled() and "no weights" in window.checks_action.toolTip()
     assert not window.export_action.isEnabled() and "no weights" in window.export_action.toolTip()
-    menu = window.tree.context_menu(window.tree.proxy_index("model.visual.patch_embed"))
+    menu = window.tree.context_menu(window.tree.view_index("model.visual.patch_embed"))
     check = next(a for a in menu.actions() if a.text() == "Check this module")
     assert not check.isEnabled() and "no weights" in check.toolTip()

@@ -7,7 +7,7 @@ from PySide6.QtCore import QModelIndex, Qt
 from torch import nn
 
 from fusion_core import module_tree
-from fusion_gui.models.tree_model import CountRole, ModuleFilterProxy, ModuleTreeModel, StatusRole
+from fusion_gui.models.tree_model import CountRole, FoldRole, ModuleTreeModel, PathRole, StatusRole
 
 PATCH = "model.visual.patch_embed"
 
@@ -34,7 +34,6 @@ def test_patch_embedding_highlighted_after_enabling(qtbot, qtmodeltester, window
     )
     assert "patch_embeddings (1)" in legend
     qtmodeltester.check(model)
-    qtmodeltester.check(window.tree.proxy)
 
 
 def test_filter_finds_patch_embedding(qtbot, window, open_model):
@@ -42,15 +41,15 @@ def test_filter_finds_patch_embedding(qtbot, window, open_model):
     tree = window.tree
     qtbot.keyClicks(tree.filter_edit, "patch_embed")
     qtbot.waitUntil(lambda: tree.filter_count.text() != "", timeout=5_000)
-    assert tree.proxy_index(PATCH).isValid()
-    assert not tree.proxy_index("model.language_model.embed_tokens").isValid()
+    assert tree.view_index(PATCH).isValid()
+    assert not tree.view_index("model.language_model.embed_tokens").isValid()
     # classes match too: the Conv3d inside the patch embedding
     tree.filter_edit.setText("conv3d")
     assert tree.apply_filter() == 1
-    assert tree.proxy_index(f"{PATCH}.proj").isValid()
+    assert tree.view_index(f"{PATCH}.proj").isValid()
     tree.filter_edit.clear()
     assert tree.apply_filter() == 0
-    assert tree.proxy_index("model.language_model.embed_tokens").isValid()
+    assert tree.view_index("model.language_model.embed_tokens").isValid()
 
 
 def test_expand_to_fusable_and_details(qtbot, window, open_model, only_fusions):
@@ -62,7 +61,7 @@ def test_expand_to_fusable_and_details(qtbot, window, open_model, only_fusions):
         assert tree.expand_to_fusable() == PATCH
     assert sig.args == [PATCH]
     assert tree.current_path() == PATCH
-    assert tree.view.isExpanded(tree.proxy_index("model.visual"))
+    assert tree.view.isExpanded(tree.view_index("model.visual"))
     text = window.details.text()
     assert PATCH in text and "PatchEmbed" in text and "FusedPatchEmbed" in text
     assert "replaced by FusedPatchEmbed" in text
@@ -98,17 +97,17 @@ def test_filter_reaches_unexpanded_rows(qtbot):
     tree = module_tree(_wide_model(20, 30))
     model = ModuleTreeModel(fold=False)
     model.set_tree(tree)
-    proxy = ModuleFilterProxy()
-    proxy.setSourceModel(model)
-    for node in tree.by_path.values():
-        if node.path.endswith(".17"):
-            model.ensure_fetched(node.path)
-    proxy.set_needle("12.17")
-    top = proxy.index(0, 0, QModelIndex())
-    assert proxy.rowCount(top) == 1
-    block = proxy.index(0, 0, top)
+    hits = model.set_needle("12.17")  # nothing below the root was fetched
+    assert [n.path for n in hits] == ["12.17"]
+    top = model.index(0, 0, QModelIndex())
+    assert model.rowCount(top) == 1
+    block = model.index(0, 0, top)
     assert block.data() == "12"
-    assert proxy.index(0, 0, block).data() == "17"
+    assert model.rowCount(block) == 1 and model.index(0, 0, block).data() == "17"
+    assert model.fetched_count() == 2  # only the hit's ancestors
+    assert not model.index_for_path("11").isValid()
+    model.set_needle("")
+    assert model.rowCount(top) == 20 and model.rowCount(block) == 30
 
 
 def test_rejected_candidate_marked_with_reason(qtbot, window, open_model, only_fusions):
@@ -125,3 +124,89 @@ def test_rejected_candidate_marked_with_reason(qtbot, window, open_model, only_f
     window.tree.select_path(path)
     assert "rejected: no Conv3d child" in window.details.text()
     assert "can be fused" in window.fusions.message.text()
+
+
+def _shown_rows(view) -> list[QModelIndex]:
+    """The rows the view lays out, top to bottom (expanded ones open)."""
+    rows, index = [], view.model().index(0, 0)
+    while index.isValid():
+        rows.append(index)
+        index = view.indexBelow(index)
+    return rows
+
+
+def test_filter_clear_and_expand_all_at_real_size(qtbot, qtmodeltester, window, open_model, only_fusions):
+    open_model(window, "arch:qwen2_5_omni")  # meta only, ~2.7k modules
+    only_fusions(window, "gate_up")
+    tree, model = window.tree, window.tree.model
+    modules = window.state.inspection.tree
+    assert model.fetched_count() < 50  # lazy: the first levels only
+    layers = "thinker.model.language_model.layers"
+    n = len(modules.by_path[layers].children)
+
+    # a filter shows the matches and their ancestors, folds included, expanded down to each match
+    assert tree.apply_filter() == 0
+    tree.filter_edit.setText("mlp")
+    hits = tree.apply_filter()
+    matches = {p for p in modules.by_path if "mlp" in p.lower() or "mlp" in modules.by_path[p].class_name.lower()}
+    assert hits == len(matches)
+    shown = _shown_rows(tree.view)
+    paths = {i.data(PathRole) for i in shown if not i.data(FoldRole)}
+    assert matches <= paths  # every match is laid out (its ancestors are expanded)
+    assert all(p in matches or any(m.startswith(f"{p}.") or not p for m in matches) for p in paths)
+    assert not tree.view_index(f"{layers}.0.self_attn").isValid()
+    fold = tree.model.fold_for_path(f"{layers}.0")
+    assert fold.isValid() and tree.view.isExpanded(fold) and fold.data(FoldRole) == n
+    assert tree.view.isExpanded(tree.view_index(f"{layers}.3.mlp"))
+    # the Qt model contract with a filter on (a model of its own: the tester is not told of
+    # the view's fetches while a layout change is in flight)
+    filtered = ModuleTreeModel()
+    filtered.set_tree(modules)
+    filtered.set_needle("mlp")
+    qtmodeltester.check(filtered)
+
+    # clearing brings every row back under the rows that were open, and keeps them open
+    tree.filter_edit.setText("")
+    assert tree.apply_filter() == 0
+    assert tree.view_index(f"{layers}.0.self_attn").isValid()
+    assert tree.view.isExpanded(tree.view_index(f"{layers}.3.mlp"))
+    assert len(_shown_rows(tree.view)) > len(shown)
+
+    # expand all: every module is a row and laid out, once, folds included
+    tree.view.expandAll()
+    shown = _shown_rows(tree.view)
+    folds = sum(1 for i in shown if i.data(FoldRole))
+    assert folds > 0 and len(shown) == len(modules) + folds
+    assert tree.view.isExpanded(tree.view_index(f"{layers}.{n - 1}.mlp"))
+    # highlights follow a toggle on the expanded tree, and every row stays open
+    only_fusions(window)
+    assert tree.view_index(f"{layers}.0.mlp").data(StatusRole) == ""
+    only_fusions(window, "gate_up")
+    assert tree.view_index(f"{layers}.{n - 1}.mlp").data(StatusRole) == "matched"
+    assert len(_shown_rows(tree.view)) == len(modules) + folds
+    tree.view.collapseAll()
+    assert len(_shown_rows(tree.view)) == 1
+
+    # expand all with a filter on opens only what the filter shows
+    tree.filter_edit.setText("gate_proj")
+    assert tree.apply_filter() > 0
+    tree.view.collapseAll()
+    tree.view.expandAll()
+    shown = [i.data(PathRole) for i in _shown_rows(tree.view) if not i.data(FoldRole)]
+    assert {p for p in shown if p.endswith("gate_proj")} == {p for p in modules.by_path if "gate_proj" in p}
+    assert not any(p.endswith("up_proj") for p in shown)
+
+
+def test_clearing_checks_drops_a_filter_on_them(qtbot, window, open_model, only_fusions):
+    open_model(window, "demo:qwen2-vl")
+    only_fusions(window, "qkv")
+    tree = window.tree
+    tree.filter_edit.setText("layers is:failed")
+    assert tree.apply_filter() == 0  # no check results: nothing failed
+    only_fusions(window)  # a new plan clears the check results
+    assert tree.filter_edit.text() == "layers"
+    assert tree.view_index("model.language_model.layers.1.self_attn").isValid()
+    tree.filter_edit.clear()
+    tree.set_state_filter("is:checked")
+    only_fusions(window, "qkv")
+    assert tree.state_box.currentData() == "" and tree.view_index("model.language_model.embed_tokens").isValid()
