@@ -155,10 +155,11 @@ class Engine(QObject):
         self._jobs[job.id] = job
         self._send_raw({"id": job.id, "op": job.op, "args": job.args})
 
-    def cancel(self, job: Job, grace_s: float = CANCEL_GRACE_S) -> None:
-        """Ask the engine to stop ``job``; end the process if it has not after ``grace_s``."""
+    def cancel(self, job: Job, grace_s: float | None = None) -> None:
+        """Ask the engine to stop ``job``; end the process if it has not after ``grace_s`` (:data:`CANCEL_GRACE_S`)."""
         if job.id not in self._jobs:
             return
+        grace_s = CANCEL_GRACE_S if grace_s is None else grace_s
         self._send_raw({"op": "cancel", "target": job.id})
         QTimer.singleShot(int(grace_s * 1000), self, lambda: self._force_cancel(job, grace_s))
 

@@ -180,6 +180,7 @@ class Host:
         from ..model import cache as model_cache
         from ..model.sources import resolve
         from ..plan.fusion_plan import inspect_model
+        from ..plan.view import inspection_data
         from ..progress import Progress
 
         t0 = time.perf_counter()
@@ -196,13 +197,7 @@ class Host:
         insp.model_tensors()  # cached for the plans
         if source.checkpoint is not None:
             insp.key_matcher()  # transformers compiles ~1000 regexes for its key renamings: once, here
-        info = {
-            name: model_cache.FamilyInfo(
-                name, spec_.description, {k: o.describe() for k, o in spec_.options_schema().items()}
-            )
-            for name, spec_ in REGISTRY.items()
-        }
-        data = model_cache.to_data(spec, insp, info)
+        data = inspection_data(spec, insp)
         yield Progress(3, 4, "done")
         if cache and not restore and not self._family_files:
             model_cache.save(spec, data)  # the next start paints it at once

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model.cache import CachedDiscovery, CachedMatch, CachedRejection
+from ..model.cache import CachedDiscovery, CachedMatch, CachedRejection, FamilyInfo, to_data
 
 
 @dataclass
@@ -60,6 +60,19 @@ class PlanView:
     @property
     def is_empty(self) -> bool:
         return not self.checkpoint_transforms and not self.patch_mapping
+
+
+def inspection_data(spec: str, insp: Any) -> dict[str, Any]:
+    """Plain data of an opened model (``insp``: an Inspection) with every registered family's
+    discovery: what the engine answers to "open" and what the model cache stores
+    (:func:`fusion_core.model.cache.view_from_data` reads it back)."""
+    from ..families import REGISTRY
+
+    info = {
+        name: FamilyInfo(name, spec_.description, {k: o.describe() for k, o in spec_.options_schema().items()})
+        for name, spec_ in REGISTRY.items()
+    }
+    return to_data(spec, insp, info)
 
 
 def _rejections(items: Any) -> list[CachedRejection]:

@@ -160,17 +160,34 @@ def test_upstream_worker_never_imports_from_the_folder(qwen2_vl_dir: Path, tmp_p
     assert [f["status"] for f in data["upstream"]["families"]] == ["differs"]  # the Qwen2-VL defect, measured
     assert not [m for m in markers if m.exists()]
 
-    from fusion_core.plan.fusion_plan import as_plan
-    from fusion_core.progress import drive
-    from fusion_gui import operations
+    # the window's engine process, started the way the window starts it, but from inside the folder
+    from fusion_core.host import wire
+    from fusion_core.run.isolated import isolated_command
+    from fusion_core.run.results import CheckResult
 
-    plan = as_plan(str(folder), {"patch_embeddings": True})
-    old = os.getcwd()
-    os.chdir(folder)
+    argv, env = isolated_command("fusion_core.host.worker")
+    engine = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=folder, env=env)
     try:
-        result = drive(operations.run_checks(plan, dtype="float32", repeats=1, upstream=True, time_budget=0)())
+        requests = [
+            {"id": 1, "op": "open", "args": {"session": "s", "spec": str(folder)}},
+            {"id": 2, "op": "check", "args": {"session": "s", "fusion_config": {"patch_embeddings": True},
+                                              "repeats": 1, "upstream": True, "time_budget": 0}},
+        ]  # fmt: skip
+        answers = {}
+        for request in requests:
+            engine.stdin.write(wire.encode(request))
+            engine.stdin.flush()
+            while True:
+                msg = wire.decode(engine.stdout.readline())
+                if msg.get("id") == request["id"] and msg["type"] in ("result", "error", "cancelled"):
+                    answers[request["id"]] = msg
+                    break
+        assert answers[1]["type"] == "result", answers[1]
+        assert answers[2]["type"] == "result", answers[2]
+        result = wire.from_plain(CheckResult, answers[2]["value"])
     finally:
-        os.chdir(old)
+        engine.stdin.close()
+        engine.wait(60)
     assert result.passed and result.upstream.ran and not result.upstream.error
     assert not [m for m in markers if m.exists()]
 

@@ -13,11 +13,12 @@ from fusion_core.families import REGISTRY
 from fusion_core.families.plugins import GROUP
 from fusion_core.model import cache
 from fusion_core.plan.fusion_plan import inspect_model
+from fusion_core.plan.view import inspection_data
 
 
 def _saved(spec: str):
     insp = inspect_model(spec)
-    path = cache.save(spec, insp, list(REGISTRY))
+    path = cache.save(spec, inspection_data(spec, insp))
     assert path is not None and path.parent == cache.cache_folder()
     return insp, path
 
@@ -43,6 +44,10 @@ def test_round_trip_is_the_same_tree_and_discovery(qwen2_vl_dir):
             (r.path, r.class_name, r.reason) for r in got.rejected
         ]
         assert got.empty_message == live.empty_message
+        assert [(r.path, r.reason) for r in live.near_misses] == [(r.path, r.reason) for r in got.near_misses]
+        assert cached.info(name).description == REGISTRY[name].description
+    assert cached.checkpoint_files == 1 and cached.checkpoint_tensors == len(insp.source.checkpoint.tensors)
+    assert cached.folder == str(insp.source.folder) and cached.describe == insp.source.describe()
 
 
 def test_reading_an_entry_imports_neither_torch_nor_transformers(qwen2_vl_dir):
@@ -84,7 +89,7 @@ def test_what_is_not_cached(tmp_path):
     "corrupt",
     [
         lambda text: text[: len(text) // 2],  # truncated
-        lambda text: text.replace('"version":1', '"version":99'),
+        lambda text: text.replace('"version":2', '"version":99'),
         lambda text: text.replace('"key":"', '"key":"x'),
         lambda text: text.replace('"nodes":[["",', '"nodes":[["model.nowhere",'),  # a node before its parent
         lambda text: text.replace('"families":["', '"families":[7,"'),

@@ -1,0 +1,87 @@
+"""What crosses between the window and the engine: typed results survive the trip through JSON, errors keep their class."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from fusion_core import errors
+from fusion_core.host import wire
+from fusion_core.model.cache import view_from_data
+from fusion_core.plan.diff import PlanDiff, diff_plan
+from fusion_core.plan.fusion_plan import inspect_model
+from fusion_core.plan.view import PlanView, inspection_data, plan_view
+from fusion_core.run.results import CheckResult, Comparison, ModuleCheck, Timing
+
+
+def _trip(tp, value):
+    """to_plain in the engine, a JSON line on the pipe, from_plain in the window."""
+    return wire.from_plain(tp, wire.decode(wire.encode({"value": wire.to_plain(value)}))["value"])
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return inspect_model("demo:llama")
+
+
+def test_plan_view_and_diff_round_trip(llama):
+    plan = llama.plan({"qkv": True, "gate_up": True})
+    view = plan_view(plan)
+    back = _trip(PlanView, view)
+    assert back == view
+    assert back.matched_paths == plan.matched_paths
+    assert [r for t in back.checkpoint_transforms for r in t.rows("save")] == plan.rows("save")
+    assert back.patch_mapping == [(a.__name__, b.__name__) for a, b in plan.patch_mapping.items()]
+    diff = diff_plan(plan)
+    got = _trip(PlanDiff, diff)
+    assert got == diff and got.to_dict() == diff.to_dict() and isinstance(got.keys[0].shape, tuple)
+
+
+def test_inspection_data_is_what_the_window_rebuilds(llama):
+    data = json.loads(json.dumps(inspection_data("demo:llama", llama)))
+    view = view_from_data(data)
+    assert list(view.tree.by_path) == list(llama.tree.by_path)
+    assert view.discovery("qkv").matched_paths == llama.discovery("qkv").matched_paths
+    assert view.has_checkpoint and view.checkpoint_tensors == len(llama.source.checkpoint.tensors)
+    data["checkpoint_files"] = "1"
+    with pytest.raises(ValueError, match="file count"):
+        view_from_data(data)
+
+
+def test_check_result_keeps_nan_and_nested_types():
+    result = CheckResult(
+        model="m", model_class="C", fusion_config={"qkv": True}, dtype="float32", device="cpu", repeats=1, seed=0,
+        tolerance={"atol": 1e-5},
+        modules=[ModuleCheck("a.b", "qkv", "A", "FusedA", [[1, 2]], Comparison(float("nan"), float("inf"), 1e-5, 1e-5, [1, 2]),
+                             Timing(1.0, 0.5, 3))],
+    )  # fmt: skip
+    back = _trip(CheckResult, result)
+    assert back.modules[0].timing == result.modules[0].timing and back.modules[0].timing.speedup == 2.0
+    comparison = back.modules[0].comparison
+    assert isinstance(comparison, Comparison) and math.isnan(comparison.max_abs_diff)
+    assert comparison.max_rel_diff == math.inf and comparison.shape == [1, 2] and back.end_to_end is None
+
+
+def test_errors_keep_their_class_and_bugs_their_traceback():
+    remote = wire.error_from_data(wire.error_data(errors.RemoteCodeError("asks for code", ["modeling_x.py"])))
+    assert type(remote) is errors.RemoteCodeError and remote.files == ["modeling_x.py"]
+    conflict = wire.error_from_data(wire.error_data(errors.FamilyConflictError("both replace x")))
+    assert type(conflict) is errors.FamilyConflictError and str(conflict) == "both replace x"
+    assert conflict.exit_code == 2
+    try:
+        raise KeyError("boom")
+    except KeyError as e:
+        bug = wire.error_from_data(wire.error_data(e))
+    assert isinstance(bug, wire.EngineFailure) and bug.kind == "KeyError" and "raise KeyError" in bug.details
+    # a class name that is not an engine error never becomes one
+    odd = wire.error_from_data({"kind": "SystemExit", "message": "x"})
+    assert isinstance(odd, wire.EngineFailure)
+
+
+def test_from_plain_refuses_the_wrong_shape():
+    with pytest.raises(TypeError):
+        wire.from_plain(Timing, {"original_ms": "fast", "fused_ms": 1.0, "repeats": 1})
+    with pytest.raises(TypeError):
+        wire.to_plain(object())

@@ -1,0 +1,133 @@
+"""The engine runs in its own process: the window never imports torch, survives a crash, and cancels for sure."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fusion_core.errors import EngineStopped
+from fusion_gui import engine as engine_module
+
+PATCH = "model.visual.patch_embed"
+JOB_TIMEOUT_MS = 180_000
+
+WINDOW_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from PySide6.QtCore import QEventLoop, QTimer
+    from fusion_gui.app import create_app
+    from fusion_gui.main_window import MainWindow
+    from fusion_gui.settings import Settings
+    from fusion_gui.state import AppState
+
+    app = create_app()
+    state = AppState(Settings(read_only=True))
+    window = MainWindow(state)
+    window.show()
+
+    def wait(signal, seconds=300):
+        loop = QEventLoop()
+        got = []
+        signal.connect(lambda *a: (got.append(a), loop.quit()))
+        QTimer.singleShot(seconds * 1000, loop.quit)
+        return got, loop
+
+    got, loop = wait(state.model_changed)
+    state.open_model("demo:qwen2-vl")
+    loop.exec()
+    assert got, "not opened"
+    while state.plan_pending:
+        app.processEvents()
+    for name in state.family_order:
+        state.set_family_enabled(name, name == "patch_embeddings")
+    got, loop = wait(window.diff.diff_ready)
+    window.show_tab("diff")
+    loop.exec()
+    assert got and got[0][0] is not None, "no diff"
+    got, loop = wait(state.checks_finished)
+    state.run_checks(repeats=1, upstream=False, time_budget=0)
+    loop.exec()
+    assert got and got[0][0].passed, "checks"
+    print(type(got[0][0]).__name__, "torch" in sys.modules, "transformers" in sys.modules, flush=True)
+    state.shutdown()
+    """
+)
+
+
+def test_the_window_process_never_imports_torch(tmp_path):
+    """Open, plan, diff and checks from a fresh window process: the results arrive typed, torch stays out."""
+    env = {**os.environ, "FUSION_INSPECTOR_SETTINGS": str(tmp_path / "settings.ini")}
+    proc = subprocess.run(
+        [sys.executable, "-c", WINDOW_SCRIPT], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-3:] == ["CheckResult", "False", "False"]
+
+
+def _engine(window):
+    engine = window.state.jobs.engine
+    assert engine.pid and engine.running
+    return engine
+
+
+def test_an_engine_crash_fails_the_job_and_the_window_goes_on(qtbot, window, open_model, only_fusions):
+    open_model(window, "demo:qwen2-vl")
+    only_fusions(window, "patch_embeddings")
+    engine = _engine(window)
+    old_pid = engine.pid
+    panel = window.checks
+    panel.upstream_box.setChecked(False)
+    with qtbot.waitSignal(
+        window.state.job_progressed, timeout=JOB_TIMEOUT_MS, check_params_cb=lambda name, *_: name == "checks"
+    ):
+        panel.run()
+    failures = []
+    window.state.jobs.current.failed.connect(failures.append)
+    with qtbot.waitSignal(window.state.job_ended, timeout=JOB_TIMEOUT_MS) as ended:
+        os.kill(old_pid, signal.SIGKILL)  # a crash in native code, as a segfault in a model would end it
+    assert ended.args[:2] == ["checks", "failed"]
+    assert isinstance(failures[0], EngineStopped) and "started again" in str(failures[0])
+    qtbot.waitUntil(lambda: engine.pid not in (0, old_pid), timeout=60_000)
+    # the new engine has the model open again: plans, checks and the tree work as before
+    only_fusions(window, "patch_embeddings", "qkv")
+    assert window.state.plan is not None and set(window.state.plan.fusion_config) == {"patch_embeddings", "qkv"}
+    only_fusions(window, "patch_embeddings")
+    with qtbot.waitSignal(window.state.checks_finished, timeout=JOB_TIMEOUT_MS) as done:
+        panel.run()
+    assert done.args[0].passed and [m.path for m in done.args[0].modules] == [PATCH]
+    assert window.tree.select_path(PATCH)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs SIGSTOP")
+def test_cancel_ends_a_job_that_does_not_stop(qtbot, window, open_model, only_fusions, monkeypatch):
+    """A job stuck where it cannot see the cancel (here: the engine is frozen) still ends, by ending the engine."""
+    monkeypatch.setattr(engine_module, "CANCEL_GRACE_S", 1.0)
+    open_model(window, "demo:qwen2-vl")
+    only_fusions(window, "patch_embeddings")
+    engine = _engine(window)
+    old_pid = engine.pid
+    panel = window.checks
+    panel.upstream_box.setChecked(False)
+    with qtbot.waitSignal(
+        window.state.job_progressed, timeout=JOB_TIMEOUT_MS, check_params_cb=lambda name, *_: name == "checks"
+    ):
+        panel.run()
+    os.kill(old_pid, signal.SIGSTOP)
+    try:
+        with qtbot.waitSignal(window.state.job_ended, timeout=30_000) as ended:
+            panel.cancel_button.click()
+    finally:
+        try:
+            os.kill(old_pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert ended.args[:2] == ["checks", "cancelled"]
+    qtbot.waitUntil(lambda: not window.state.busy and engine.pid not in (0, old_pid), timeout=60_000)
+    only_fusions(window, "patch_embeddings", "gate_up")
+    assert window.state.plan is not None and "gate_up" in window.state.plan.fusion_config
+    assert panel.run_button.isEnabled() and window.open_action.isEnabled()
