@@ -12,10 +12,11 @@ be imported without torch, by the window.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import Any
+
+from ..lazy import lazy_attributes
 
 _API = {
     "LAYOUTS": "pipeline",
@@ -26,14 +27,7 @@ _API = {
 }
 __all__ = sorted(_API)
 
-
-def __getattr__(name: str) -> Any:
-    module = _API.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _API)
 
 
 class _CallableModule(types.ModuleType):

@@ -7,8 +7,7 @@ result types) can be imported without torch, by the window.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import lazy_attributes
 
 _API = {
     "FusionConfig": "fusion_config",
@@ -23,11 +22,4 @@ _API = {
 }
 __all__ = sorted(_API)
 
-
-def __getattr__(name: str) -> Any:
-    module = _API.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _API)
