@@ -19,14 +19,17 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QFileDialog,
+    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableView,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -176,17 +179,42 @@ class ChecksPanel(QWidget):
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.chart = ChecksChart()
-        splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.table)
-        splitter.addWidget(self.chart)
-        splitter.setSizes([190, 280])
+        # the verdicts scroll in their own pane, so the table and the chart keep their room at
+        # 1460x900 (they had two rows and a squashed chart below five wrapped labels)
+        summary = QWidget()
+        summary_layout = QVBoxLayout(summary)
+        summary_layout.setContentsMargins(0, 0, 0, 0)
+        for w in (self.banner, self.speed_banner, self.verdicts_label, self.end_label, self.upstream_label):
+            summary_layout.addWidget(w)
+        summary_layout.addStretch(1)
+        self.summary_area = QScrollArea()
+        self.summary_area.setWidget(summary)
+        self.summary_area.setWidgetResizable(True)
+        self.summary_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        for i, w in enumerate((self.summary_area, self.table, self.chart)):
+            self.splitter.addWidget(w)
+            self.splitter.setCollapsible(i, False)
+            self.splitter.setStretchFactor(i, (1, 2, 2)[i])
+        self.splitter.setSizes([120, 220, 240])
 
+        # the workload is folded behind a button: its summary shows on the button
+        self.workload_button = QToolButton()
+        self.workload_button.setCheckable(True)
+        self.workload_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.workload_button.setArrowType(Qt.ArrowType.RightArrow)
+        self.workload_button.setToolTip("device, threads, batch, image size, frames, sequence length, real inputs")
+        self.workload_button.toggled.connect(self._show_workload)
+        self.workload.changed.connect(self._update_workload_button)
+        self.workload.hide()
+        self._update_workload_button()
         bar = QHBoxLayout()
         bar.addWidget(QLabel("dtype:"))
         bar.addWidget(self.dtype_box)
         bar.addWidget(QLabel("repeats:"))
         bar.addWidget(self.repeats)
         bar.addWidget(self.upstream_box)
+        bar.addWidget(self.workload_button)
         bar.addStretch(1)
         run_row = QHBoxLayout()
         run_row.addWidget(self.run_button)
@@ -197,9 +225,7 @@ class ChecksPanel(QWidget):
         layout.addLayout(bar)
         layout.addWidget(self.workload)
         layout.addLayout(run_row)
-        for w in (self.banner, self.speed_banner, self.verdicts_label, self.end_label, self.upstream_label):
-            layout.addWidget(w)
-        layout.addWidget(splitter, 1)
+        layout.addWidget(self.splitter, 1)
 
         self.run_button.clicked.connect(self.run)
         self.table.doubleClicked.connect(self._on_double_clicked)
@@ -215,6 +241,13 @@ class ChecksPanel(QWidget):
         state.model_changed.connect(lambda _i: self._update_buttons())
         state.busy_changed.connect(lambda _busy: self._update_buttons())
         self._update_buttons()
+
+    def _show_workload(self, on: bool) -> None:
+        self.workload.setVisible(on)
+        self.workload_button.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
+
+    def _update_workload_button(self) -> None:
+        self.workload_button.setText(f"Workload: {self.workload.summary()}")
 
     # actions ---------------------------------------------------------------------------
     def run(self) -> None:

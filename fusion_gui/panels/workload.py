@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QLabel, QLineEdit, QSpinBox, QWidget
 
 
 class WorkloadControls(QWidget):
     """Device, threads and the sizes a check runs at; 0 means "the model's own"."""
+
+    changed = Signal()  # any control changed (the summary follows)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -46,6 +49,31 @@ class WorkloadControls(QWidget):
         grid.addWidget(self.image, 2, 0, 1, 3)
         grid.addWidget(self.prompt, 2, 3, 1, 3)
         grid.addWidget(self.modules_only, 3, 0, 1, 6)
+        self.device.currentTextChanged.connect(lambda _t: self.changed.emit())
+        for box in (self.threads, self.image_size, self.frames, self.seq_len, self.batch):
+            box.valueChanged.connect(lambda _v: self.changed.emit())
+        self.modules_only.toggled.connect(lambda _c: self.changed.emit())
+        for edit in (self.image, self.prompt):
+            edit.textChanged.connect(lambda _t: self.changed.emit())
+
+    def summary(self) -> str:
+        """One line: what differs from the defaults ("cpu, model's sizes" when nothing does)."""
+        o = self.options()
+        parts = [o["device"]]
+        if o["threads"]:
+            parts.append(f"{o['threads']} threads")
+        if o["batch"] != 1:
+            parts.append(f"batch {o['batch']}")
+        parts += [
+            f"{label} {o[key]}"
+            for key, label in (("image_size", "px"), ("frames", "frames"), ("seq_len", "tokens"))
+            if o[key]
+        ]
+        if o["image"] or o["prompt"]:
+            parts.append("real inputs")
+        if o["modules_only"]:
+            parts.append("modules only")
+        return ", ".join(parts) if len(parts) > 1 else f"{parts[0]}, model's sizes"
 
     def set_devices(self, devices: list[str]) -> None:
         """The devices the engine can use (keeps the current choice when it is still there)."""

@@ -34,6 +34,9 @@ def test_workload_controls_and_verdicts(qtbot, window, open_model, only_fusions,
     w.batch.setValue(2)
     w.seq_len.setValue(10)
     w.threads.setValue(1)
+    # folded behind one button that says what differs from the defaults
+    assert not w.isVisible() and panel.workload_button.text() == "Workload: cpu, 1 threads, batch 2, px 56, tokens 10"
+    window.resize(1460, 900)
     result = _run(qtbot, window)
     assert result.workload["image_size"] == 56 and result.workload["batch"] == 2 and result.workload["threads"] == 1
     patch = next(m for m in result.modules if m.path == PATCH)
@@ -44,6 +47,9 @@ def test_workload_controls_and_verdicts(qtbot, window, open_model, only_fusions,
     assert rows[0]["speedup_text"] == patch.timing.interval_text()  # the ratio with its interval
     # one whisker per row (modules and end to end), spanning the interval
     assert len(panel.chart.whiskers) == len(rows)
+    # at 1460x900 every row of the table shows, and the chart keeps its room
+    assert panel.table.viewport().height() >= len(rows) * panel.table.rowHeight(0)
+    assert panel.chart.height() >= 200
     ys = [p.y() for p in panel.chart.whiskers[0].points()]
     assert min(ys) == rows[0]["low"] and max(ys) == rows[0]["high"]
     # "exact" and "faster" are two banners; one verdict line per family
