@@ -188,6 +188,7 @@ def test_upstream_worker_never_imports_from_the_folder(qwen2_vl_dir: Path, tmp_p
     finally:
         engine.stdin.close()
         engine.wait(60)
+        engine.stdout.close()
     assert result.passed and result.upstream.ran and not result.upstream.error
     assert not [m for m in markers if m.exists()]
 
