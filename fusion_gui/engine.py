@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, QProcess, QProcessEnvironment, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEventLoop, QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from .jobs import Job
 
@@ -241,12 +241,14 @@ class Engine(QObject):
         while not done() and time.monotonic() < deadline:
             proc = self._proc
             if proc is None or proc.state() == QProcess.ProcessState.NotRunning:
-                QCoreApplication.processEvents()
+                QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents)
                 if proc is None:
                     return done()
                 continue
             proc.waitForReadyRead(50)
             self._on_stdout()
+            # results are delivered in the next turn of the event loop (Job._result)
+            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents)
         return done()
 
 

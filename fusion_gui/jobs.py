@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -80,6 +80,13 @@ class Job(QObject):
 
             log.debug("cannot read the %s result", self.op, exc_info=True)
             self._failed(EngineFailure(type(e).__name__, f"the engine's {self.op} result is malformed: {e}"))
+            return
+        # the handlers (panels rebuilding) run in the next turn of the event loop: rebuilding
+        # the typed result and reacting to it are two shorter stalls, not one longer one
+        QTimer.singleShot(1, self, lambda: self._succeed(decoded))
+
+    def _succeed(self, decoded: Any) -> None:
+        if self.done:
             return
         if self.cancel_requested:
             self._cancelled()

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from .jobs import Job, JobManager
 from .settings import Settings
@@ -162,13 +162,16 @@ class AppState(QObject):
         self.inspection = insp
         self.preview = None
         self.spec = spec
-        self.check_result = None
+        had_results, self.check_result = self.check_result is not None, None
         self.selected_path = ""
         self._init_fusions(list(insp.families))
         self.recent_changed.emit(self.settings.add_recent_model(spec))
+        self.plan, self.plan_error, self.plan_pending = None, "", True  # asked for just below
         self.model_changed.emit(insp)
-        self.checks_cleared.emit()
-        self._replan()
+        if had_results:
+            self.checks_cleared.emit()
+        # highlights and the plan request in the next turn of the event loop: the new tree paints first
+        QTimer.singleShot(1, self, lambda insp=insp: self._replan() if self.inspection is insp else None)
 
     def _on_open_error(self, spec: str, error: BaseException) -> None:
         from fusion_core.errors import RemoteCodeError

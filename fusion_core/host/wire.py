@@ -14,6 +14,7 @@ Importing this module imports neither torch nor transformers.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import traceback
 import types
@@ -96,10 +97,7 @@ def from_plain(tp: type[T] | Any, data: Any) -> T:
     if dataclasses.is_dataclass(tp):
         if not isinstance(data, dict):
             raise TypeError(f"{tp.__name__}: expected an object, got {type(data).__name__}")
-        hints = typing.get_type_hints(tp)
-        kwargs = {
-            f.name: from_plain(hints[f.name], data[f.name]) for f in dataclasses.fields(tp) if f.init and f.name in data
-        }
+        kwargs = {name: from_plain(hint, data[name]) for name, hint in _init_fields(tp) if name in data}
         return tp(**kwargs)  # type: ignore[return-value]
     if origin is list:
         return [from_plain(args[0] if args else Any, v) for v in _seq(data)]  # type: ignore[return-value]
@@ -124,6 +122,13 @@ def from_plain(tp: type[T] | Any, data: Any) -> T:
     if tp in (str, int, bool):
         return _typed(tp, data)
     return data
+
+
+@functools.cache
+def _init_fields(tp: type) -> tuple[tuple[str, Any], ...]:
+    """(name, resolved type) of the dataclass's init fields (resolving hints costs ~0.3 ms: once per class)."""
+    hints = typing.get_type_hints(tp)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(tp) if f.init)
 
 
 def _seq(data: Any) -> list[Any]:

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QTableView,
@@ -205,6 +206,9 @@ class ChecksPanel(QWidget):
         self.workload_button.setArrowType(Qt.ArrowType.RightArrow)
         self.workload_button.setToolTip("device, threads, batch, image size, frames, sequence length, real inputs")
         self.workload_button.toggled.connect(self._show_workload)
+        # its summary never widens the window: the text is cut when the tab is narrow
+        self.workload_button.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.workload_button.setMinimumWidth(90)
         self.workload.changed.connect(self._update_workload_button)
         self.workload.hide()
         self._update_workload_button()
@@ -214,17 +218,17 @@ class ChecksPanel(QWidget):
         bar.addWidget(QLabel("repeats:"))
         bar.addWidget(self.repeats)
         bar.addWidget(self.upstream_box)
-        bar.addWidget(self.workload_button)
         bar.addStretch(1)
         run_row = QHBoxLayout()
         run_row.addWidget(self.run_button)
+        run_row.addWidget(self.workload_button, 1)
         run_row.addWidget(self.progress, 1)
         run_row.addWidget(self.cancel_button)
         run_row.addWidget(self.save_button)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
-        layout.addWidget(self.workload)
         layout.addLayout(run_row)
+        layout.addWidget(self.workload)  # unfolds below its button
         layout.addWidget(self.splitter, 1)
 
         self.run_button.clicked.connect(self.run)
