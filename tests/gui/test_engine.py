@@ -69,23 +69,23 @@ def test_the_window_process_never_imports_torch(tmp_path):
     assert proc.stdout.split()[-3:] == ["CheckResult", "False", "False"]
 
 
-def _engine(window):
+def _checks_running(qtbot, window):
+    """Start the checks (no upstream) and wait for their first progress: (engine, its pid, the Checks panel)."""
     engine = window.state.jobs.engine
     assert engine.pid and engine.running
-    return engine
-
-
-def test_an_engine_crash_fails_the_job_and_the_window_goes_on(qtbot, window, open_model, only_fusions):
-    open_model(window, "demo:qwen2-vl")
-    only_fusions(window, "patch_embeddings")
-    engine = _engine(window)
-    old_pid = engine.pid
     panel = window.checks
     panel.upstream_box.setChecked(False)
     with qtbot.waitSignal(
         window.state.job_progressed, timeout=JOB_TIMEOUT_MS, check_params_cb=lambda name, *_: name == "checks"
     ):
         panel.run()
+    return engine, engine.pid, panel
+
+
+def test_an_engine_crash_fails_the_job_and_the_window_goes_on(qtbot, window, open_model, only_fusions):
+    open_model(window, "demo:qwen2-vl")
+    only_fusions(window, "patch_embeddings")
+    engine, old_pid, panel = _checks_running(qtbot, window)
     failures = []
     window.state.jobs.current.failed.connect(failures.append)
     with qtbot.waitSignal(window.state.job_ended, timeout=JOB_TIMEOUT_MS) as ended:
@@ -109,14 +109,7 @@ def test_cancel_ends_a_job_that_does_not_stop(qtbot, window, open_model, only_fu
     monkeypatch.setattr(engine_module, "CANCEL_GRACE_S", 1.0)
     open_model(window, "demo:qwen2-vl")
     only_fusions(window, "patch_embeddings")
-    engine = _engine(window)
-    old_pid = engine.pid
-    panel = window.checks
-    panel.upstream_box.setChecked(False)
-    with qtbot.waitSignal(
-        window.state.job_progressed, timeout=JOB_TIMEOUT_MS, check_params_cb=lambda name, *_: name == "checks"
-    ):
-        panel.run()
+    engine, old_pid, panel = _checks_running(qtbot, window)
     os.kill(old_pid, signal.SIGSTOP)
     try:
         with qtbot.waitSignal(window.state.job_ended, timeout=30_000) as ended:
