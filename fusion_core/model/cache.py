@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tree import ModuleNode, ModuleTree, TensorSpec
+from .tree import ModuleNode, ModuleTree, TensorSpec, totals_and_signatures
 
 FORMAT = "fusion-inspector-inspection"
 VERSION = 2
@@ -342,8 +342,7 @@ def _tree(nodes: Any) -> ModuleTree:
     if not by_path:
         raise _Invalid("no nodes")
     root = by_path[""]
-    for node in reversed(list(root.walk())):
-        node.total_params = node.own_params + sum(c.total_params for c in node.children)
+    totals_and_signatures(root)  # the folds of identical layers compare signatures
     return ModuleTree(root, by_path, counts, 0.0)
 
 

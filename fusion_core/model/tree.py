@@ -237,7 +237,7 @@ def module_tree(model: nn.Module) -> ModuleTree:
                 node.parent = parent
                 parent.children.append(node)
     root = by_path[""]
-    _totals(root)
+    totals_and_signatures(root)
     for node in by_path.values():
         node.same_class_count = counts[node.class_qualname]
     return ModuleTree(root, by_path, dict(counts), time.perf_counter() - t0)
@@ -249,7 +249,7 @@ def _spec(name: str, tensor: Any, prefix: str, owner: dict[int, str]) -> TensorS
     return TensorSpec(name, tuple(tensor.shape), _dtype_name(tensor), None if first == full else first)
 
 
-def _totals(root: ModuleNode) -> None:
+def totals_and_signatures(root: ModuleNode) -> None:
     """Parameter totals and structure signatures, bottom-up in one pass."""
     order = list(root.walk())
     for node in reversed(order):

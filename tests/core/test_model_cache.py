@@ -31,6 +31,8 @@ def test_round_trip_is_the_same_tree_and_discovery(qwen2_vl_dir):
     assert cached.tree.root.to_dict() == insp.tree.root.to_dict()
     assert list(cached.tree.by_path) == list(insp.tree.by_path)
     assert cached.tree.class_counts == insp.tree.class_counts
+    # same structure signatures: identical layers fold, different ones do not
+    assert [n.signature for n in cached.tree.root.walk()] == [n.signature for n in insp.tree.root.walk()]
     node = cached.tree.by_path["model.visual.patch_embed.proj"]
     assert node.parent is cached.tree.by_path["model.visual.patch_embed"]
     assert node.module_name == insp.tree.by_path[node.path].module_name
