@@ -50,7 +50,8 @@ def test_polluted_process_checks_the_real_original(qwen2_vl_dir: Path) -> None:
             still=type(Qwen2VLForConditionalGeneration.from_pretrained(d).model.visual.patch_embed).__name__)))
         """
     )
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, f"exit {proc.returncode}: {proc.stderr[-3000:]}"
     data = json.loads(line[7:])
     assert data["upstream"] == "FusedPatchEmbed"  # the pollution really happened
     assert data["passed"] and not data["nothing"]
