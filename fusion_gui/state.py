@@ -232,7 +232,7 @@ class AppState(QObject):
         """
         matched: dict[str, str] = {}
         rejected: dict[str, tuple[str, str]] = {}
-        source = self.inspection if self.inspection is not None else self.preview
+        source = self.shown
         if source is None:
             return matched, rejected
         for name in self.family_order:

@@ -65,10 +65,6 @@ class CachedDiscovery:
     #: modules that look like the family's target under other names ("not a candidate: ...")
     near_misses: list[CachedRejection] = field(default_factory=list)
 
-    @property
-    def matched_paths(self) -> list[str]:
-        return [m.path for m in self.matches]
-
 
 @dataclass(frozen=True)
 class FamilyInfo:

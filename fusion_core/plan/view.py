@@ -29,11 +29,10 @@ class PlannedTransform:
 
 @dataclass
 class PlannedFamily:
-    """An enabled family: its options (as given, and with defaults) and its discovery."""
+    """An enabled family: its options (as given) and its discovery."""
 
     name: str
     options: dict[str, Any]
-    effective_options: dict[str, Any]
     discovery: CachedDiscovery
 
 
@@ -56,10 +55,6 @@ class PlanView:
     def matched_paths(self) -> dict[str, str]:
         """module path -> family name."""
         return {m.path: fam.name for fam in self.families for m in fam.discovery.matches}
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.checkpoint_transforms and not self.patch_mapping
 
 
 def inspection_data(spec: str, insp: Any) -> dict[str, Any]:
@@ -97,7 +92,7 @@ def plan_view(plan: Any) -> PlanView:
         discovery = CachedDiscovery(
             d.family, matches, _rejections(d.rejected), d.empty_message, _rejections(d.near_misses)
         )
-        families.append(PlannedFamily(fam.name, dict(fam.options), fam.effective_options, discovery))
+        families.append(PlannedFamily(fam.name, dict(fam.options), discovery))
     transforms = [
         PlannedTransform(ct.family, ct.transform.sources[0], ct.present, ct.rows("load"), ct.rows("save"))
         for ct in plan.checkpoint_transforms

@@ -43,7 +43,7 @@ def test_inspection_data_is_what_the_window_rebuilds(llama):
     data = json.loads(json.dumps(inspection_data("demo:llama", llama)))
     view = view_from_data(data)
     assert list(view.tree.by_path) == list(llama.tree.by_path)
-    assert view.discovery("qkv").matched_paths == llama.discovery("qkv").matched_paths
+    assert [m.path for m in view.discovery("qkv").matches] == llama.discovery("qkv").matched_paths
     assert view.has_checkpoint and view.checkpoint_tensors == len(llama.source.checkpoint.tensors)
     data["checkpoint_files"] = "1"
     with pytest.raises(ValueError, match="file count"):
