@@ -16,28 +16,15 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..boundary.options import Workload
+
+__all__ = ["FusionSpec", "Option", "Verdict", "Workload", "fused_subclass", "validate_spec"]
+
 if TYPE_CHECKING:
     from torch import nn
     from transformers import PretrainedConfig
 
     from .transforms import KeyTransform
-
-
-@dataclass(frozen=True)
-class Workload:
-    """The sizes a check runs at; ``None`` means the model's own (its config or processor size).
-
-    Families make module sample inputs at this size (:meth:`FusionSpec.sample_inputs`);
-    the checks make end-to-end inputs from it.
-    """
-
-    batch: int = 1
-    seq_len: int | None = None  # text tokens
-    image_size: int | None = None  # pixels (square)
-    frames: int | None = None  # video frames
-    dtype: str = "float32"
-    device: str = "cpu"
-    seed: int = 0
 
 
 @dataclass(frozen=True)
