@@ -10,4 +10,6 @@ export HF_HUB_OFFLINE=1
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/lint-imports
-.venv/bin/python -m pytest -q "$@"
+# In parallel (pytest-xdist): each worker is its own process with its own engine process,
+# demo cache and settings (tests/conftest.py); FUSION_TEST_WORKERS=0 runs in one process.
+.venv/bin/python -m pytest -q -n "${FUSION_TEST_WORKERS:-3}" --durations=15 "$@"
