@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["isolated_command", "run_isolated"]
+__all__ = ["WarmChild", "isolated_command", "run_isolated"]
 
 # the folder holding the fusion_core package, put first on the child's sys.path
 _ROOT = str(Path(__file__).resolve().parents[2])
@@ -56,3 +56,67 @@ def run_isolated(module: str, stdin: str, *, timeout: float, prefix: str) -> sub
             cwd=neutral,
             check=False,
         )
+
+
+class WarmChild:
+    """An isolated child started ahead of its request, so its imports overlap the parent's work.
+
+    ``start`` launches ``python -m module`` isolated (as :func:`run_isolated`) at once; the
+    child imports torch and transformers, then reads JSON lines on stdin. :meth:`send`
+    hands it one request line without waiting; :meth:`finish` closes its input and returns
+    what it printed, as :func:`run_isolated` does. A child that is never finished is
+    killed by :meth:`close` (also on garbage collection of the parent's ``with`` block).
+    """
+
+    def __init__(self, module: str, *, prefix: str) -> None:
+        argv, env = isolated_command(module)
+        self._folder = tempfile.TemporaryDirectory(prefix=prefix)
+        self._argv = argv
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=self._folder.name,
+        )
+
+    def send(self, line: str) -> None:
+        """Write one request line (no newline inside) to the child; never blocks on its answer."""
+        if "\n" in line:
+            raise ValueError("a request is one line")
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:  # it died: finish() reports its stderr
+            pass
+
+    def finish(self, timeout: float) -> subprocess.CompletedProcess[str]:
+        """Close the child's input, wait for it to end, and return what it printed.
+
+        Raises:
+            subprocess.TimeoutExpired: it took longer than ``timeout`` (it is killed first).
+        """
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise
+        finally:
+            self._folder.cleanup()
+        return subprocess.CompletedProcess(self._argv, self.proc.returncode, out, err)
+
+    def close(self) -> None:
+        """Stop the child if it still runs (a request that will not come: cancel, an error)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+        self._folder.cleanup()
+
+    def __enter__(self) -> WarmChild:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
