@@ -20,6 +20,7 @@ WINDOW_SCRIPT = textwrap.dedent(
     """
     import sys
     from PySide6.QtCore import QEventLoop, QTimer
+    from fusion_core.boundary.options import CheckOptions
     from fusion_gui.app import create_app
     from fusion_gui.main_window import MainWindow
     from fusion_gui.settings import Settings
@@ -50,7 +51,7 @@ WINDOW_SCRIPT = textwrap.dedent(
     loop.exec()
     assert got and got[0][0] is not None, "no diff"
     got, loop = wait(state.checks_finished)
-    state.run_checks(repeats=1, upstream=False, time_budget=0)
+    state.run_checks(CheckOptions.build(repeats=1, upstream=False, time_budget=0))
     loop.exec()
     assert got and got[0][0].passed, "checks"
     print(type(got[0][0]).__name__, "torch" in sys.modules, "transformers" in sys.modules, flush=True)
