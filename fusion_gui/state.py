@@ -13,6 +13,7 @@ import logging
 import time
 import traceback
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -76,6 +77,16 @@ def _ancestors(path: str):
     while path:
         path = path.rsplit(".", 1)[0] if "." in path else ""
         yield path
+
+
+@dataclass(frozen=True)
+class Highlights:
+    """What the enabled fusions mark in the model on show (:meth:`AppState.highlights`)."""
+
+    matched: dict[str, str] = field(default_factory=dict)  # path -> the family that replaces it
+    rejected: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (family, reason), not fused
+    fused_names: dict[str, str] = field(default_factory=dict)  # matched path -> its fused class's name
+    near: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (family, why not a candidate)
 
 
 class AppState(QObject):
@@ -254,30 +265,37 @@ class AppState(QObject):
         self.checks_cleared.emit()
         self._replan()
 
-    def highlights(self) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
-        """(matched path -> family, rejected path -> (family, reason)) of the enabled families.
+    def highlights(self) -> Highlights:
+        """What the enabled families mark in the model on show (the one place this is computed).
 
         Built from discovery, not the plan, so a conflict between families still shows
-        both families' modules.
+        both families' modules. A path goes to the first enabled family (in the user's
+        order) that matches it.
         """
         matched: dict[str, str] = {}
         rejected: dict[str, tuple[str, str]] = {}
+        fused_names: dict[str, str] = {}
+        near: dict[str, tuple[str, str]] = {}
         source = self.shown
         if source is None:
-            return matched, rejected
-        for name in self.family_order:
-            if name not in self.enabled:
-                continue
+            return Highlights()
+        enabled = [name for name in self.family_order if name in self.enabled]
+        for name in enabled:
             d = source.discovery(name)
             for m in d.matches:
                 matched.setdefault(m.path, name)
+                fused_names.setdefault(m.path, m.fused_class_name)
             for r in d.rejected:
                 rejected.setdefault(r.path, (name, r.reason))
         # a module one family rejects but another fuses (itself or an ancestor) will be fused
         for path in list(rejected):
             if path in matched or any(a in matched for a in _ancestors(path)):
                 del rejected[path]
-        return matched, rejected
+        for name in enabled:
+            for r in source.discovery(name).near_misses:
+                if r.path not in matched:
+                    near.setdefault(r.path, (name, r.reason))
+        return Highlights(matched, rejected, fused_names, near)
 
     def check_blocker(self) -> str:
         """Why Run checks cannot work now ('' when it can)."""
