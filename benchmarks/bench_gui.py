@@ -104,6 +104,7 @@ def stalls(out_root: Path) -> dict[str, tuple[float, float]]:
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
+    from fusion_core.boundary.options import ExportOptions
     from fusion_gui.app import create_app
     from fusion_gui.main_window import MainWindow
 
@@ -152,7 +153,7 @@ def stalls(out_root: Path) -> dict[str, tuple[float, float]]:
     out = out_root / "export"
     run(
         "export demo:qwen2-vl",
-        lambda: state.export(out, layout="fused", max_shard_size="5GB", overwrite=False),
+        lambda: state.export(out, ExportOptions(layout="fused", max_shard_size="5GB")),
     )
     results.update(interactions(app, window, meter))
     window.state.shutdown()

@@ -10,21 +10,31 @@ shared by the windows of the application. If it ends while jobs run (a crash in 
 or :meth:`Engine.cancel` ending a job that did not stop), those jobs fail with
 :class:`fusion_core.errors.EngineStopped` (the cancelled one is reported cancelled), the
 process is started again and every session's model is opened again there.
+
+Every request is an entry of the operation table (:mod:`fusion_core.host.ops`):
+:meth:`Engine.call` sends it and returns its :class:`~fusion_gui.jobs.Job`, which this
+engine completes by the job's id when the answer comes (:mod:`fusion_core.host.protocol`).
 """
 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from PySide6.QtCore import QCoreApplication, QEventLoop, QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
+from fusion_core.host import protocol
+from fusion_core.host.ops import CLOSE, OPEN, Op, OpenParams, SessionParams
+
 from .jobs import Job
+
+R = TypeVar("R")
 
 log = logging.getLogger("fusion_gui.engine")
 
@@ -45,9 +55,9 @@ class Engine(QObject):
         self._folder = ""
         self._buffer = bytearray()
         self._stderr_tail = ""
-        self._jobs: dict[int, Job] = {}
+        self._jobs: dict[int, Job[Any]] = {}
         self._next_id = 1
-        self._opened: dict[str, dict[str, Any]] = {}  # session -> the args of its last open
+        self._opened: dict[str, OpenParams] = {}  # session -> its last open
         self._restarts: list[float] = []
         self._stopping = False
         self.pid = 0
@@ -118,8 +128,8 @@ class Engine(QObject):
             log.error("the engine stopped %d times in a minute: it starts again with the next request", MAX_RESTARTS)
             return
         self.start()
-        for session, args in self._opened.items():
-            self._send_raw({"id": 0, "op": "open", "args": {**args, "session": session, "restore": True}})
+        for params in self._opened.values():  # notifications: their answers go nowhere
+            self._notify(OPEN, dataclasses.replace(params, restore=True))
         self.restarted.emit(reason)
 
     def _fail_pending(self, cancelled: Job | None, reason: str) -> None:
@@ -128,9 +138,9 @@ class Engine(QObject):
         jobs, self._jobs = list(self._jobs.values()), {}
         for job in jobs:
             if job is cancelled or job.cancel_requested:
-                job._cancelled()
+                job.set_cancelled()
             else:
-                job._failed(EngineStopped(f"{reason}. The {job.name} job was not finished; run it again."))
+                job.set_exception(EngineStopped(f"{reason}. The {job.name} job was not finished; run it again."))
 
     def _on_finished(self, proc: QProcess, code: int, status: QProcess.ExitStatus) -> None:
         if proc is not self._proc or self._stopping or QCoreApplication.closingDown():
@@ -147,24 +157,49 @@ class Engine(QObject):
             self._fail_pending(None, f"the engine process could not start: {proc.errorString()}")
 
     # messages --------------------------------------------------------------------------
-    def send(self, job: Job) -> None:
-        """Send ``job``'s request (starting the process when needed)."""
-        self.start()
-        job.id, self._next_id = self._next_id, self._next_id + 1
-        job.engine = self
-        self._jobs[job.id] = job
-        self._send_raw({"id": job.id, "op": job.op, "args": job.args})
+    def call(self, op: Op[Any, R], params: Any, *, name: str = "", parent: QObject | None = None) -> Job[R]:
+        """Send the request ``op(params)`` (starting the process when needed).
 
-    def cancel(self, job: Job, grace_s: float | None = None) -> None:
+        Args:
+            op: an entry of :mod:`fusion_core.host.ops`.
+            params: an ``op.params`` object.
+            name: the job's name (default: the op's).
+            parent: the job's Qt parent (default: this engine).
+
+        Returns:
+            The job, completed with the typed result (``op.result``) when the engine answers.
+
+        Raises:
+            TypeError: ``params`` is not an ``op.params`` object.
+        """
+        from fusion_core.host.wire import to_plain
+
+        if not isinstance(params, op.params):
+            raise TypeError(f"{op.name} takes {op.params.__name__}, not {type(params).__name__}")
+        self.start()
+        job: Job[R] = Job(op, params, name, parent if parent is not None else self)
+        job.id, self._next_id = self._next_id, self._next_id + 1
+        self._jobs[job.id] = job
+        job.cancel_asked.connect(lambda job=job: self.cancel(job))
+        self._send_raw(protocol.request(op.name, to_plain(params), job.id))
+        return job
+
+    def _notify(self, op: Op[Any, Any], params: Any) -> None:
+        """Send ``op(params)`` as a notification: no job, no answer."""
+        from fusion_core.host.wire import to_plain
+
+        self._send_raw(protocol.request(op.name, to_plain(params)))
+
+    def cancel(self, job: Job[Any], grace_s: float | None = None) -> None:
         """Ask the engine to stop ``job``; end the process if it has not after ``grace_s`` (:data:`CANCEL_GRACE_S`)."""
         if job.id not in self._jobs:
             return
         grace_s = CANCEL_GRACE_S if grace_s is None else grace_s
-        self._send_raw({"op": "cancel", "target": job.id})
+        self._send_raw(protocol.cancel_request(job.id))
         QTimer.singleShot(int(grace_s * 1000), self, lambda: self._force_cancel(job, grace_s))
 
-    def _force_cancel(self, job: Job, grace_s: float) -> None:
-        if job.done or self._jobs.get(job.id) is not job:
+    def _force_cancel(self, job: Job[Any], grace_s: float) -> None:
+        if job.done() or self._jobs.get(job.id) is not job:
             return
         self._restart(
             f"The {job.name} job did not stop within {grace_s:.0f} s of Cancel: the engine was restarted", job
@@ -174,7 +209,7 @@ class Engine(QObject):
         """A window closed: drop its model in the engine."""
         self._opened.pop(session, None)
         if self.running:
-            self._send_raw({"id": 0, "op": "close", "args": {"session": session}})
+            self._notify(CLOSE, SessionParams(session))
 
     def _send_raw(self, message: dict[str, Any]) -> None:
         from fusion_core.host.wire import encode
@@ -183,7 +218,7 @@ class Engine(QObject):
             self._proc.write(encode(message))
 
     def _on_stdout(self) -> None:
-        from fusion_core.host.wire import decode, error_from_data
+        from fusion_core.host.wire import decode
 
         proc = self._proc
         if proc is None:
@@ -197,34 +232,50 @@ class Engine(QObject):
             except ValueError:
                 log.warning("engine: unreadable message %r", line[:200])
                 continue
-            kind = msg.get("type")
-            if kind == "log":
-                logging.getLogger(str(msg.get("name") or "fusion_core")).log(
-                    int(msg.get("level") or logging.INFO), "%s", msg.get("message", "")
+            self._on_message(msg)
+
+    def _on_message(self, msg: dict[str, Any]) -> None:
+        """One message of the engine: a notification, or the answer that completes a job."""
+        from fusion_core.host.wire import EngineFailure, error_from_data
+
+        method = msg.get("method")
+        if method is not None:
+            params = msg.get("params") or {}
+            if method == protocol.PROGRESS:
+                job = self._jobs.get(params.get("token") or 0)
+                value = params.get("value") or {}
+                if job is not None:
+                    job.set_progress(
+                        int(value.get("done", 0)), int(value.get("total", 0)), str(value.get("message", ""))
+                    )
+            elif method == protocol.LOG:
+                logging.getLogger(str(params.get("name") or "fusion_core")).log(
+                    int(params.get("level") or logging.INFO), "%s", params.get("message", "")
                 )
-                continue
-            if kind == "ready":
-                self.pid = int(msg.get("pid") or 0)
-                continue
-            job = self._jobs.get(msg.get("id") or 0)
-            if job is None:
-                if kind == "error":
-                    log.warning("engine: %s", (msg.get("error") or {}).get("message", ""))
-                continue
-            if kind == "progress":
-                job._progress(int(msg.get("done", 0)), int(msg.get("total", 0)), str(msg.get("message", "")))
-                continue
-            del self._jobs[job.id]
-            if kind == "result":
-                if job.op == "open":
-                    self._opened[str(job.args.get("session"))] = {
-                        k: v for k, v in job.args.items() if k in ("spec", "trust_remote_code")
-                    }
-                job._result(msg.get("value"))
-            elif kind == "error":
-                job._failed(error_from_data(msg.get("error") or {}))
+            elif method == protocol.READY:
+                self.pid = int(params.get("pid") or 0)
+            return
+        job = self._jobs.pop(msg.get("id") or 0, None)
+        error = msg.get("error")
+        if job is None:
+            if error:
+                log.warning("engine: %s", error.get("message", ""))
+            return
+        if error is not None:
+            if error.get("code") == protocol.REQUEST_CANCELLED:
+                job.set_cancelled()
             else:
-                job._cancelled()
+                job.set_exception(error_from_data(error.get("data") or {"message": error.get("message", "")}))
+            return
+        try:
+            value = job.op.decode(msg.get("result"))
+        except (TypeError, ValueError, KeyError) as e:
+            log.debug("cannot read the %s result", job.op.name, exc_info=True)
+            job.set_exception(EngineFailure(type(e).__name__, f"the engine's {job.op.name} result is malformed: {e}"))
+            return
+        if job.op is OPEN:
+            self._opened[job.params.session] = job.params
+        job.set_result(value)
 
     def _on_stderr(self) -> None:
         if self._proc is None:
@@ -247,7 +298,7 @@ class Engine(QObject):
                 continue
             proc.waitForReadyRead(50)
             self._on_stdout()
-            # results are delivered in the next turn of the event loop (Job._result)
+            # results are delivered in the next turn of the event loop (Job.set_result)
             QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents)
         return done()
 

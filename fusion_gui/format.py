@@ -9,6 +9,13 @@ from fusion_core.text import natural_key as natural_key  # re-exported: the pane
 _UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
 
 
+def in_scope(module: str, scope: str) -> bool:
+    """Whether a fused ``module`` concerns the tree's selected ``scope``: it, below it, or above it."""
+    if not scope:
+        return True
+    return module == scope or module.startswith(f"{scope}.") or scope.startswith(f"{module}.")
+
+
 def human_count(n: int | None) -> str:
     """A parameter count in human units: 219390 -> '219.39K'."""
     if n is None:

@@ -1,9 +1,12 @@
 """Background jobs, run by the engine process (:mod:`fusion_gui.engine`).
 
 The window never runs the engine itself: it never imports torch or transformers, and its
-thread is never held by them. A :class:`Job` is one request to the engine process
-(``open``, ``check``, ``export``, or a quick one: ``plan``, ``diff``...); its signals arrive
-on the GUI thread, with the result rebuilt as its typed object (``decode``).
+thread is never held by them. A :class:`Job` is one request to the engine process, made
+by an entry of the operation table (:mod:`fusion_core.host.ops`): ``engine.call(OPEN,
+OpenParams(...))`` is a ``Job[InspectionView]``. It is a passive future, in the shape of
+:class:`concurrent.futures.Future`: the engine completes it (``set_result``,
+``set_exception``, ``set_cancelled``) by its id, and its signals then arrive on the GUI
+thread with the typed result.
 
 Cancel asks the engine to stop at its next step; a job that has not stopped after
 :data:`fusion_gui.engine.CANCEL_GRACE_S` ends for sure: the engine process is ended
@@ -20,97 +23,133 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from fusion_core.host.ops import Op
 
 log = logging.getLogger("fusion_gui.jobs")
 
-Decode = Callable[[Any], Any]
+R = TypeVar("R")
+_UNSET: Any = object()
 
 
-class Job(QObject):
-    """One request to the engine process; every signal is emitted on the GUI thread."""
+class Job(QObject, Generic[R]):
+    """One request to the engine process: a future of its typed result; signals on the GUI thread."""
 
     progressed = Signal(int, int, str)  # done, total (0: unknown), message
-    succeeded = Signal(object)  # the decoded result
+    succeeded = Signal(object)  # the typed result (the operation's result type)
     failed = Signal(object)  # the exception (a FusionError subclass, EngineStopped, EngineFailure)
-    cancelled = Signal()
-    finished = Signal()
+    aborted = Signal()  # cancelled
+    finished = Signal()  # after any of the three
+    cancel_asked = Signal()  # cancel() was called: the engine asks its process to stop the job
 
-    def __init__(
-        self,
-        name: str,
-        op: str,
-        args: dict[str, Any],
-        decode: Decode | None = None,
-        parent: QObject | None = None,
-    ) -> None:
+    def __init__(self, op: Op[Any, R], params: Any, name: str = "", parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.name = name
         self.op = op
-        self.args = args
-        self.decode = decode
+        self.params = params
+        self.name = name or op.name
         self.id = 0  # set by the engine when sent
-        self.done = False
         self.cancel_requested = False
-        self.engine: Engine | None = None
+        self._done = False
+        self._cancelled = False
+        self._result: Any = _UNSET
+        self._exception: BaseException | None = None
 
-    def cancel(self) -> None:
-        """Ask the engine to stop this job (for sure after the grace period)."""
-        if not self.done and not self.cancel_requested and self.engine is not None:
+    # the Future shape ------------------------------------------------------------------
+    def done(self) -> bool:
+        """Whether the job has ended (its signal was emitted)."""
+        return self._done
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def result(self) -> R:
+        """The typed result.
+
+        Raises:
+            RuntimeError: the job has not ended (this future never blocks the GUI thread).
+            Exception: the job's failure; ``fusion_core.errors.Cancelled`` when it was cancelled.
+        """
+        if not self._done:
+            raise RuntimeError(f"the {self.name} job has not ended")
+        if self._cancelled:
+            from fusion_core.errors import Cancelled
+
+            raise Cancelled(f"the {self.name} job was cancelled")
+        if self._exception is not None:
+            raise self._exception
+        return self._result
+
+    def exception(self) -> BaseException | None:
+        if not self._done:
+            raise RuntimeError(f"the {self.name} job has not ended")
+        return self._exception
+
+    def add_done_callback(self, fn: Callable[[Job[R]], Any]) -> None:
+        """Call ``fn(job)`` when the job ends (at once if it has)."""
+        if self._done:
+            fn(self)
+        else:
+            self.finished.connect(lambda: fn(self))
+
+    def cancel(self) -> bool:
+        """Ask the engine to stop this job (for sure after the grace period); False when it has ended."""
+        if self._done:
+            return False
+        if not self.cancel_requested:
             self.cancel_requested = True
-            self.engine.cancel(self)
+            self.cancel_asked.emit()
+        return True
 
-    # called by the engine ------------------------------------------------------------
-    def _progress(self, done: int, total: int, message: str) -> None:
-        if not self.done:
+    # completed by the engine ------------------------------------------------------------
+    def set_progress(self, done: int, total: int, message: str) -> None:
+        if not self._done:
             self.progressed.emit(done, total, message)
 
-    def _result(self, value: Any) -> None:
-        if self.done:
-            return
-        try:
-            decoded = self.decode(value) if self.decode is not None else value
-        except (TypeError, ValueError, KeyError) as e:
-            from fusion_core.host.wire import EngineFailure
-
-            log.debug("cannot read the %s result", self.op, exc_info=True)
-            self._failed(EngineFailure(type(e).__name__, f"the engine's {self.op} result is malformed: {e}"))
+    def set_result(self, value: R) -> None:
+        if self._done:
             return
         # the handlers (panels rebuilding) run in the next turn of the event loop: rebuilding
         # the typed result and reacting to it are two shorter stalls, not one longer one
-        QTimer.singleShot(1, self, lambda: self._succeed(decoded))
+        QTimer.singleShot(1, self, lambda: self._succeed(value))
 
-    def _succeed(self, decoded: Any) -> None:
-        if self.done:
+    def set_exception(self, error: BaseException) -> None:
+        if not self._done:
+            self._exception = error
+            self._done = True
+            self.failed.emit(error)
+            self.finished.emit()
+
+    def set_cancelled(self) -> None:
+        if not self._done:
+            self._cancelled = self._done = True
+            self.aborted.emit()
+            self.finished.emit()
+
+    def _succeed(self, value: R) -> None:
+        if self._done:
             return
         if self.cancel_requested:
-            self._cancelled()
+            self.set_cancelled()
             return
-        self.succeeded.emit(decoded)
-        self._finish()
-
-    def _failed(self, error: BaseException) -> None:
-        if not self.done:
-            self.failed.emit(error)
-            self._finish()
-
-    def _cancelled(self) -> None:
-        if not self.done:
-            self.cancelled.emit()
-            self._finish()
-
-    def _finish(self) -> None:
-        self.done = True
+        self._result, self._done = value, True
+        self.succeeded.emit(value)
         self.finished.emit()
 
 
+class Caller(Protocol):
+    """What runs jobs (:class:`fusion_gui.engine.Engine`; this module does not import it)."""
+
+    def call(self, op: Op[Any, R], params: Any, *, name: str = "", parent: QObject | None = None) -> Job[R]: ...
+
+    def wait_for(self, done: Callable[[], bool], msecs: int) -> bool: ...
+
+
 class JobManager(QObject):
-    """Sends jobs to the engine and keeps track of the user's current one.
+    """Calls the engine and keeps track of the user's current job.
 
     ``current`` is the one user-visible long job (open, checks, export); others (plans,
     the diff, lists for the Open dialog) run as ``background`` jobs that do not block the
@@ -120,30 +159,23 @@ class JobManager(QObject):
     job_started = Signal(object)  # Job
     job_finished = Signal(object)  # Job
 
-    def __init__(self, parent: QObject | None = None, engine: Engine | None = None) -> None:
+    def __init__(self, engine: Caller, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        if engine is None:
-            from .engine import shared_engine
-
-            engine = shared_engine()
         self.engine = engine
-        self.current: Job | None = None
-        self._jobs: set[Job] = set()
+        self.current: Job[Any] | None = None
+        self._jobs: set[Job[Any]] = set()
 
     @property
     def busy(self) -> bool:
         return self.current is not None
 
-    def start(
-        self, name: str, op: str, args: dict[str, Any], *, decode: Decode | None = None, background: bool = False
-    ) -> Job:
-        """Send ``op`` with ``args`` to the engine.
+    def call(self, op: Op[Any, R], params: Any, *, name: str = "", background: bool = False) -> Job[R]:
+        """Run ``op`` with ``params`` (its params dataclass) in the engine.
 
         Args:
-            name: the job's name, for the status bar and the log.
-            op: the engine operation (:mod:`fusion_core.host.worker`).
-            args: its arguments (plain data).
-            decode: rebuilds the typed result from the plain data (on the GUI thread).
+            op: an entry of :mod:`fusion_core.host.ops`.
+            params: an ``op.params`` object.
+            name: the job's name, for the status bar and the log (default: the op's).
             background: not the user's current job (no status, no busy state).
 
         Returns:
@@ -154,14 +186,13 @@ class JobManager(QObject):
         """
         if not background and self.current is not None:
             raise RuntimeError(f"a {self.current.name} job is already running")
-        job = Job(name, op, args, decode, self)
+        job = self.engine.call(op, params, name=name, parent=self)
         self._jobs.add(job)
         job.finished.connect(self._on_job_finished)
         if not background:
             self.current = job
             self.job_started.emit(job)
-        log.debug("starting job %s (%s)", name, op)
-        self.engine.send(job)
+        log.debug("started job %s (%s)", job.name, op.name)
         return job
 
     def cancel_current(self) -> None:

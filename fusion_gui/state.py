@@ -13,19 +13,49 @@ import logging
 import time
 import traceback
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
+
+from fusion_core.boundary.options import CheckOptions, ExportOptions
+from fusion_core.host.ops import (
+    CHECK,
+    CONSUMERS,
+    DEVICES,
+    DIFF,
+    EXPORT,
+    FAMILY_FILE,
+    LISTS,
+    OPEN,
+    PLAN,
+    UNREGISTER,
+    CheckParams,
+    ConsumersParams,
+    ExportParams,
+    FamilyFileParams,
+    ModelLists,
+    NoParams,
+    Op,
+    OpenParams,
+    PlanParams,
+    UnregisterParams,
+)
 
 from .jobs import Job, JobManager
 from .settings import Settings
 
 if TYPE_CHECKING:
+    from fusion_core.export.result import ExportResult
     from fusion_core.model.cache import CachedDiscovery, InspectionView
+    from fusion_core.plan.diff import PlanDiff
     from fusion_core.plan.view import PlanView
+    from fusion_core.run.results import CheckResult
 
     from .engine import Engine
+
+R = TypeVar("R")
 
 log = logging.getLogger("fusion_gui.state")
 
@@ -47,6 +77,16 @@ def _ancestors(path: str):
     while path:
         path = path.rsplit(".", 1)[0] if "." in path else ""
         yield path
+
+
+@dataclass(frozen=True)
+class Highlights:
+    """What the enabled fusions mark in the model on show (:meth:`AppState.highlights`)."""
+
+    matched: dict[str, str] = field(default_factory=dict)  # path -> the family that replaces it
+    rejected: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (family, reason), not fused
+    fused_names: dict[str, str] = field(default_factory=dict)  # matched path -> its fused class's name
+    near: dict[str, tuple[str, str]] = field(default_factory=dict)  # path -> (family, why not a candidate)
 
 
 class AppState(QObject):
@@ -78,7 +118,11 @@ class AppState(QObject):
     ) -> None:
         super().__init__(parent)
         self.settings = settings or Settings()
-        self.jobs = JobManager(self, engine)
+        if engine is None:
+            from .engine import shared_engine
+
+            engine = shared_engine()
+        self.jobs = JobManager(engine, self)
         self.session = uuid.uuid4().hex[:12]  # this window's model in the engine process
         self.jobs.job_started.connect(lambda _job: self.busy_changed.emit(True))
         self.jobs.job_finished.connect(lambda _job: self.busy_changed.emit(False))
@@ -90,7 +134,7 @@ class AppState(QObject):
         self.plan: PlanView | None = None
         self.plan_error: str = ""
         self.plan_pending = False  # a plan was asked of the engine and has not arrived
-        self._plan_job: Job | None = None
+        self._plan_job: Job[PlanView] | None = None
         self.check_result: Any = None
         self.selected_path: str = ""
         saved = self.settings.fusions()
@@ -101,7 +145,7 @@ class AppState(QObject):
     def busy(self) -> bool:
         return self.jobs.busy
 
-    def open_model(self, spec: str, *, trust_remote_code: bool = False) -> Job | None:
+    def open_model(self, spec: str, *, trust_remote_code: bool = False) -> Job[InspectionView] | None:
         """Open ``spec`` in the background; the current model stays until it succeeds.
 
         A config with custom code (``auto_map``) emits ``trust_requested`` instead of an
@@ -114,13 +158,10 @@ class AppState(QObject):
         if self.jobs.busy:
             self.error_raised.emit("Busy", f"Wait for the {self.jobs.current.name} job to finish, or cancel it.", "")
             return None
-        from fusion_core.model.cache import view_from_data
-
         job = self._start(
             "open",
-            "open",
-            {"session": self.session, "spec": spec, "trust_remote_code": trust_remote_code},
-            view_from_data,
+            OPEN,
+            OpenParams(self.session, spec, trust_remote_code=trust_remote_code),
             f"Opening {spec}",
             f"Opened {spec}",
         )
@@ -224,30 +265,37 @@ class AppState(QObject):
         self.checks_cleared.emit()
         self._replan()
 
-    def highlights(self) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
-        """(matched path -> family, rejected path -> (family, reason)) of the enabled families.
+    def highlights(self) -> Highlights:
+        """What the enabled families mark in the model on show (the one place this is computed).
 
         Built from discovery, not the plan, so a conflict between families still shows
-        both families' modules.
+        both families' modules. A path goes to the first enabled family (in the user's
+        order) that matches it.
         """
         matched: dict[str, str] = {}
         rejected: dict[str, tuple[str, str]] = {}
+        fused_names: dict[str, str] = {}
+        near: dict[str, tuple[str, str]] = {}
         source = self.shown
         if source is None:
-            return matched, rejected
-        for name in self.family_order:
-            if name not in self.enabled:
-                continue
+            return Highlights()
+        enabled = [name for name in self.family_order if name in self.enabled]
+        for name in enabled:
             d = source.discovery(name)
             for m in d.matches:
                 matched.setdefault(m.path, name)
+                fused_names.setdefault(m.path, m.fused_class_name)
             for r in d.rejected:
                 rejected.setdefault(r.path, (name, r.reason))
         # a module one family rejects but another fuses (itself or an ancestor) will be fused
         for path in list(rejected):
             if path in matched or any(a in matched for a in _ancestors(path)):
                 del rejected[path]
-        return matched, rejected
+        for name in enabled:
+            for r in source.discovery(name).near_misses:
+                if r.path not in matched:
+                    near.setdefault(r.path, (name, r.reason))
+        return Highlights(matched, rejected, fused_names, near)
 
     def check_blocker(self) -> str:
         """Why Run checks cannot work now ('' when it can)."""
@@ -280,9 +328,6 @@ class AppState(QObject):
 
     def _replan(self) -> None:
         """Highlights follow at once (from discovery); the plan is asked of the engine (``plan_changed``)."""
-        from fusion_core.host.wire import from_plain
-        from fusion_core.plan.view import PlanView
-
         self.fusions_changed.emit()
         if self._plan_job is not None:
             self._plan_job.succeeded.disconnect()
@@ -293,13 +338,7 @@ class AppState(QObject):
             self.plan_changed.emit(None)
             return
         self.plan_pending = True
-        job = self.jobs.start(
-            "plan",
-            "plan",
-            {"session": self.session, "fusion_config": self.fusion_config},
-            decode=lambda data: from_plain(PlanView, data),
-            background=True,
-        )
+        job = self.jobs.call(PLAN, PlanParams(self.session, self.fusion_config), background=True)
         self._plan_job = job
         job.succeeded.connect(lambda plan: self._on_planned(plan, ""))
         job.failed.connect(lambda e: self._on_planned(None, error_text(e)[0]))
@@ -312,18 +351,28 @@ class AppState(QObject):
         self.plan_changed.emit(plan)
         self.fusions_changed.emit()  # the actions' reasons follow the plan
 
-    def request(self, name: str, op: str, decode: Any = None, fusion_config: Any = None, **args: Any) -> Job:
-        """A quick background request about the open model (``diff``, ``consumers``): with ``fusion_config``,
+    def _shown_config(self, fusion_config: dict[str, Any] | None) -> dict[str, Any]:
+        if fusion_config is not None:
+            return fusion_config
+        return self.plan.fusion_config if self.plan is not None else self.fusion_config
+
+    def diff(self, fusion_config: dict[str, Any] | None = None) -> Job[PlanDiff]:
+        """The original model against the fused one (a background job): with ``fusion_config``,
         or the plan on show's."""
-        if fusion_config is None:
-            fusion_config = self.plan.fusion_config if self.plan is not None else self.fusion_config
-        return self.jobs.start(
-            name,
-            op,
-            {"session": self.session, "fusion_config": fusion_config, **args},
-            decode=decode,
-            background=True,
-        )
+        return self.jobs.call(DIFF, PlanParams(self.session, self._shown_config(fusion_config)), background=True)
+
+    def consumers(self, layout: str, fusion_config: dict[str, Any] | None = None) -> Job[list[dict[str, Any]]]:
+        """Who is expected to load an export in ``layout`` (a dry run on the plan; a background job)."""
+        params = ConsumersParams(self.session, self._shown_config(fusion_config), layout)
+        return self.jobs.call(CONSUMERS, params, background=True)
+
+    def devices(self) -> Job[list[str]]:
+        """The devices the engine can run checks on (a background job)."""
+        return self.jobs.call(DEVICES, NoParams(), background=True)
+
+    def model_lists(self) -> Job[ModelLists]:
+        """What the Open dialog offers: demos, architectures, cached hub models (a background job)."""
+        return self.jobs.call(LISTS, NoParams(), name="open lists", background=True)
 
     # selection -------------------------------------------------------------------------
     def select_module(self, path: str) -> None:
@@ -342,40 +391,22 @@ class AppState(QObject):
         self.reveal_requested.emit(path)
 
     # checks and export -----------------------------------------------------------------
-    def run_checks(
-        self, dtype: str = "float32", repeats: int = 5, upstream: bool = True, **workload: Any
-    ) -> Job | None:
+    def run_checks(self, options: CheckOptions | None = None) -> Job[CheckResult] | None:
         """Fused load + checks of the plan on show (the open model with the enabled fusions).
 
-        ``workload``: the other keyword arguments of ``fusion_core.run.checks.iter_check``
-        (device, image_size, frames, seq_len, batch, threads, modules_only, time_budget...).
+        Args:
+            options: dtype, workload, timing and the rest (the Checks panel builds them from
+                its controls); the defaults when ``None``.
         """
-        from fusion_core.host.wire import from_plain
-        from fusion_core.run.results import CheckResult
-
         if self.plan is None or self.plan_pending or self.jobs.busy:
             return None
-        log.info(
-            "checks: %s, %s, dtype %s, %d repeats, %s",
-            self.spec,
-            list(self.plan.fusion_config),
-            dtype,
-            repeats,
-            workload,
-        )
-        args = {
-            "session": self.session,
-            "fusion_config": self.plan.fusion_config,
-            "dtype": dtype,
-            "repeats": repeats,
-            "upstream": upstream,
-            **{k: (str(v) if isinstance(v, Path) else v) for k, v in workload.items()},
-        }
+        options = options if options is not None else CheckOptions()
+        dtype = options.workload.dtype
+        log.info("checks: %s, %s, %s", self.spec, list(self.plan.fusion_config), options)
         job = self._start(
             "checks",
-            "check",
-            args,
-            lambda data: from_plain(CheckResult, data),
+            CHECK,
+            CheckParams(self.session, self.plan.fusion_config, options),
             f"Checking {self.spec} ({dtype})",
             f"Checked {self.spec} ({dtype})",
         )
@@ -387,54 +418,44 @@ class AppState(QObject):
         self.check_result = result
         self.checks_finished.emit(result)
 
-    def export(
-        self, out_dir: Path, *, layout: str, max_shard_size: int | str, overwrite: bool, on_wrong_load: str = "guard"
-    ) -> Job | None:
-        """Write a converted checkpoint of the plan on show to ``out_dir``."""
-        from fusion_core.export.result import ExportResult
-        from fusion_core.host.wire import from_plain
-
+    def export(self, out_dir: Path, options: ExportOptions | None = None) -> Job[ExportResult] | None:
+        """Write a converted checkpoint of the plan on show to ``out_dir`` (the export dialog builds ``options``)."""
         if self.plan is None or self.plan_pending or self.jobs.busy:
             return None
-        log.info("export: %s -> %s (layout %s, shards <= %s)", self.spec, out_dir, layout, max_shard_size)
-        args = {
-            "session": self.session,
-            "fusion_config": self.plan.fusion_config,
-            "out_dir": str(out_dir),
-            "layout": layout,
-            "max_shard_size": max_shard_size,
-            "overwrite": overwrite,
-            "on_wrong_load": on_wrong_load,
-        }
+        options = options if options is not None else ExportOptions()
+        log.info("export: %s -> %s (%s)", self.spec, out_dir, options)
         job = self._start(
             "export",
-            "export",
-            args,
-            lambda data: from_plain(ExportResult, data),
+            EXPORT,
+            ExportParams(self.session, self.plan.fusion_config, str(out_dir), options),
             f"Exporting {self.spec} to {out_dir}",
             f"Exported to {out_dir}",
         )
         job.succeeded.connect(self.export_finished.emit)
         return job
 
-    def load_family_file(self, path: str | Path) -> Job:
+    def load_family_file(self, path: str | Path) -> Job[list[str]]:
         """Register the families of a Python file in the engine (for models opened after this)."""
         path = str(Path(path).expanduser().resolve())
-        job = self.jobs.start("family file", "family_file", {"path": path}, background=True)
+        job = self.jobs.call(FAMILY_FILE, FamilyFileParams(path), name="family file", background=True)
         job.succeeded.connect(lambda names: log.info("%s: registered %s", path, ", ".join(names)))
         return job
+
+    def unregister_family(self, name: str) -> Job[None]:
+        """Remove a family from the engine's registry (one a family file registered)."""
+        return self.jobs.call(UNREGISTER, UnregisterParams(name), background=True)
 
     def cancel_job(self) -> None:
         self.jobs.cancel_current()
 
     # plumbing --------------------------------------------------------------------------
-    def _start(self, name: str, op: str, args: dict[str, Any], decode: Any, description: str, done: str) -> Job:
-        job = self.jobs.start(name, op, args, decode=decode)
+    def _start(self, name: str, op: Op[Any, R], params: Any, description: str, done: str) -> Job[R]:
+        job = self.jobs.call(op, params, name=name)
         t0 = time.perf_counter()
         job.progressed.connect(lambda d, t, m: self.job_progressed.emit(name, d, t, m))
         job.succeeded.connect(lambda _r: self.job_ended.emit(name, "ok", f"{done} in {time.perf_counter() - t0:.1f} s"))
         job.failed.connect(lambda e: self.job_ended.emit(name, "failed", f"{description}: failed"))
-        job.cancelled.connect(lambda: self._on_cancelled(name, description))
+        job.aborted.connect(lambda: self._on_cancelled(name, description))
         self.job_started.emit(name)
         self.job_progressed.emit(name, 0, 0, description)
         return job

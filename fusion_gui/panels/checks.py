@@ -35,6 +35,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fusion_core.boundary.options import DTYPES, CheckOptions, OptionError
+
 from .. import style
 from ..charts import ChecksChart
 from ..models.table_model import Column, RowsTableModel, natural_widths, share_width
@@ -44,8 +46,6 @@ if TYPE_CHECKING:
     from fusion_core.run.results import CheckResult
 
     from ..state import AppState
-
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _num(fmt: str):
@@ -143,7 +143,7 @@ class ChecksPanel(QWidget):
             "also load through transformers' own fusion_config (in a separate, isolated process), per family"
         )
         self.workload = WorkloadControls()
-        devices = state.jobs.start("devices", "devices", {}, background=True)
+        devices = state.devices()
         devices.succeeded.connect(self.workload.set_devices)
         self.run_button = QPushButton("Run checks")
         self.run_button.setToolTip("Fused load + per-module and end-to-end checks (Ctrl+R)")
@@ -254,13 +254,29 @@ class ChecksPanel(QWidget):
         self.workload_button.setText(f"Workload: {self.workload.summary()}")
 
     # actions ---------------------------------------------------------------------------
-    def run(self) -> None:
-        options = self.workload.options()
-        job = self.state.run_checks(
-            self.dtype_box.currentText(), self.repeats.value(), upstream=self.upstream_box.isChecked(), **options
+    def options(self) -> CheckOptions:
+        """The check options these controls stand for.
+
+        Raises:
+            OptionError: a control's value is not valid.
+        """
+        return CheckOptions.build(
+            dtype=self.dtype_box.currentText(),
+            repeats=self.repeats.value(),
+            upstream=self.upstream_box.isChecked(),
+            **self.workload.options(),
         )
+
+    def run(self) -> None:
+        try:
+            options = self.options()
+        except OptionError as e:
+            self._set_role(self.banner, "error", f"Cannot run the checks: {e}")
+            return
+        job = self.state.run_checks(options)
         if job is not None:
-            self._set_role(self.banner, "info", f"Checking with {self.dtype_box.currentText()} on {options['device']}…")
+            wl = options.workload
+            self._set_role(self.banner, "info", f"Checking with {wl.dtype} on {wl.device}…")
             self.speed_banner.hide()
 
     def save_json(self, path: str | Path) -> Path:

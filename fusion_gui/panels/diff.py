@@ -158,12 +158,9 @@ class DiffPanel(QWidget):
             self._fill(None)
             self.diff_ready.emit(None)
             return
-        from fusion_core.host.wire import from_plain
-        from fusion_core.plan.diff import PlanDiff
-
         self._running = plan
         self._set_summary("Comparing the original model with the fused one…")
-        job = self.state.request("diff", "diff", lambda data: from_plain(PlanDiff, data), plan.fusion_config)
+        job = self.state.diff(plan.fusion_config)
         job.succeeded.connect(lambda result, p=plan: self._on_done(p, result))
         job.failed.connect(lambda error, p=plan: self._on_failed(p, error))
 

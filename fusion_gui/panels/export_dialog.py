@@ -23,6 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fusion_core.boundary.options import ExportOptions, OptionError
+
 from ..format import human_bytes, parse_size, seconds_text
 
 if TYPE_CHECKING:
@@ -150,7 +152,7 @@ class ExportDialog(QDialog):
             self.consumers.setText("")
             return
         layout = self.layout_box.currentData()
-        job = self.state.request("consumers", "consumers", layout=layout)
+        job = self.state.consumers(layout)
         job.succeeded.connect(lambda rows, layout=layout: self._on_predicted(layout, rows))
 
     def _on_predicted(self, layout: str, rows: list[dict[str, Any]]) -> None:
@@ -189,13 +191,17 @@ class ExportDialog(QDialog):
         if not self.dest_edit.text().strip():
             self._set_status("error", "Choose a destination folder.")
             return None
-        job = self.state.export(
-            self.destination,
-            layout=self.layout_box.currentData(),
-            max_shard_size=shard,
-            overwrite=self.replace_box.isVisible() and self.replace_box.isChecked(),
-            on_wrong_load=self.wrong_box.currentData(),
-        )
+        try:
+            options = ExportOptions(
+                layout=self.layout_box.currentData(),
+                max_shard_size=shard,
+                overwrite=self.replace_box.isVisible() and self.replace_box.isChecked(),
+                on_wrong_load=self.wrong_box.currentData(),
+            )
+        except OptionError as e:
+            self._set_status("error", f"Cannot export: {e}")
+            return None
+        job = self.state.export(self.destination, options)
         if job is None:
             self._set_status("error", "Another job is running; wait for it or cancel it.")
             return None
@@ -206,7 +212,7 @@ class ExportDialog(QDialog):
         job.progressed.connect(self._on_progressed)
         job.succeeded.connect(self._on_succeeded)
         job.failed.connect(self._on_failed)
-        job.cancelled.connect(self._on_cancelled)
+        job.aborted.connect(self._on_cancelled)
         job.finished.connect(self._on_finished)
         self._update_buttons()
         return job

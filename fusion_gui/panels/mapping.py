@@ -12,8 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from .. import style
-from ..format import natural_key
-from .transforms import in_scope
+from ..format import in_scope, natural_key
 
 if TYPE_CHECKING:
     from fusion_core.plan.view import PlanView

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSortFilterProxyModel, QStringListModel, Qt
 from PySide6.QtWidgets import (
@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 if TYPE_CHECKING:
-    from ..state import AppState
+    from ..state import AppState, ModelLists
 
 SpecRole = Qt.ItemDataRole.UserRole + 1
 TABS = ("folder", "hub", "arch", "demo")
@@ -114,7 +114,7 @@ class OpenDialog(QDialog):
         for w in (self.recent_list, self.hub_list, self.demo_list):
             w.itemDoubleClicked.connect(self._on_item_double_clicked)
         self.arch_list.doubleClicked.connect(lambda _i: self._on_accepted())
-        self.lists_job = state.jobs.start("open lists", "lists", {}, background=True)
+        self.lists_job = state.model_lists()
         self.lists_job.succeeded.connect(self._on_lists_loaded)
         self.lists_job.failed.connect(lambda e: self.hub_status.setText(f"Cannot list models: {e}"))
 
@@ -125,15 +125,15 @@ class OpenDialog(QDialog):
         item.setToolTip(tip or spec)
         widget.addItem(item)
 
-    def _on_lists_loaded(self, lists: dict[str, Any]) -> None:
-        for name, description in lists["demos"]:
+    def _on_lists_loaded(self, lists: ModelLists) -> None:
+        for name, description in lists.demos:
             self._add(self.demo_list, f"demo:{name}  —  {description}", f"demo:{name}", description)
         if self.demo_list.count():
             self.demo_list.setCurrentRow(0)
-        self.arch_model.setStringList(lists["arch"])
-        for repo in lists["hub"]:
+        self.arch_model.setStringList(lists.arch)
+        for repo in lists.hub:
             self._add(self.hub_list, repo, repo)
-        n = len(lists["hub"])
+        n = len(lists.hub)
         self.hub_status.setText(f"{n} model(s) in the local cache." if n else "No models in the local cache.")
 
     def _browse_folder(self) -> None:

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from .. import style
-from ..format import natural_key, shape_text
+from ..format import in_scope, natural_key, shape_text
 from ..models.elide import KeyElideDelegate
 
 if TYPE_CHECKING:
@@ -42,13 +42,6 @@ ModuleRole = Qt.ItemDataRole.UserRole + 2  # the module path (both kinds of rows
 
 HEADERS = ("Module / checkpoint key", "Shape", "dtype", "Op", "Target key", "Target shape")
 KEY_COLUMNS = (0, 4)
-
-
-def in_scope(module: str, scope: str) -> bool:
-    """Whether a fused ``module`` concerns the tree's selected ``scope``: it, below it, or above it."""
-    if not scope:
-        return True
-    return module == scope or module.startswith(f"{scope}.") or scope.startswith(f"{module}.")
 
 
 def owner_module(model_key: str, matched: set[str]) -> str:

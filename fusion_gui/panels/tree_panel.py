@@ -37,7 +37,7 @@ from ..models.tree_model import (
     ModuleTreeModel,
     PathRole,
 )
-from .tree_parts import BadgeDelegate, EscapeFilter, ModuleTreeView, fill_legend, header_menu, row_menu
+from .tree_parts import BadgeDelegate, EscapeFilter, ModuleTreeView
 
 if TYPE_CHECKING:
     from fusion_core.model.cache import InspectionView
@@ -228,21 +228,9 @@ class TreePanel(QWidget):
                     self.view.expand(self.view_index(node.path))
 
     def _on_fusions_changed(self) -> None:
-        matched, rejected = self.state.highlights()
+        h = self.state.highlights()
         colours = {n: QColor(c) for n, c in style.family_colours(self.state.family_order).items()}
-        fused_names: dict[str, str] = {}
-        near: dict[str, tuple[str, str]] = {}
-        if self.state.inspection is not None:
-            for name in self.state.family_order:
-                if name not in self.state.enabled:
-                    continue
-                d = self.state.inspection.discovery(name)
-                for m in d.matches:
-                    fused_names[m.path] = m.fused_class_name
-                for r in getattr(d, "near_misses", None) or []:
-                    if r.path not in matched:
-                        near.setdefault(r.path, (name, r.reason))
-        self.model.set_highlights(matched, rejected, colours, fused_names, near)
+        self.model.set_highlights(h.matched, h.rejected, colours, h.fused_names, h.near)
         self._jump = -1
         self._fill_state_box()
         self._update_legend()
@@ -294,7 +282,43 @@ class TreePanel(QWidget):
         self.apply_filter()
 
     def _update_legend(self) -> None:
-        fill_legend(self.legend, self.state)
+        """The legend under the tree: each family with matches in its colour, rejected, fusable below."""
+        layout = self.legend
+        while layout.count():
+            item = layout.takeAt(0)
+            if item.widget() is not None:
+                item.widget().deleteLater()
+        h = self.state.highlights()
+        colours = style.family_colours(self.state.family_order)
+
+        def add(icon, text: str, tip: str) -> None:
+            pic = QLabel()
+            pic.setPixmap(icon.pixmap(14, 14))
+            label = QLabel(text)
+            label.setToolTip(tip)
+            pic.setToolTip(tip)
+            layout.addWidget(pic)
+            layout.addWidget(label)
+
+        enabled = [n for n in self.state.family_order if n in self.state.enabled]
+        # only families with matches: the others mark nothing (their counts are in the Fusions tab)
+        for name in enabled:
+            n = sum(1 for f in h.matched.values() if f == name)
+            if n:
+                add(
+                    style.fused_icon(colours[name]), f"{name} ({n})", f"modules {name} replaces (its colour everywhere)"
+                )
+        if h.rejected:
+            tip = "candidates not fused; the reason is in the tooltip"
+            add(style.rejected_icon(), f"rejected ({len(h.rejected)})", tip)
+        if h.matched:
+            add(style.contains_icon(style.MIXED), "contains fusable", "the number of fusable modules below")
+        hint = "" if h.matched else ("nothing to fuse with the enabled fusions" if enabled else "no fusion enabled")
+        if hint:
+            label = QLabel(f"{hint} (Fusions tab)")
+            label.setProperty("role", "hint")
+            layout.addWidget(label)
+        layout.addStretch(1)
 
     # filter ----------------------------------------------------------------------------
     def _on_text_changed(self, _text: str) -> None:
@@ -478,11 +502,45 @@ class TreePanel(QWidget):
                 self.state.select_module(path)
 
     def context_menu(self, index: QModelIndex) -> QMenu:
-        """The row's menu: copy path, show transforms / in mapping, check, expand all below."""
-        return row_menu(self, index)
+        """The row's menu: copy path, show transforms / in mapping, check this module, expand all below."""
+        path = index.data(PathRole) or ""
+        menu = QMenu(self)
+        menu.setToolTipsVisible(True)
+        ov = self.model.overlay
+        within = [p for p in ov.matched if p == path or p.startswith(f"{path}.") or not path]
+        nothing = "" if within else "nothing is fused here with the enabled fusions"
+        menu.addAction(f"Copy path  ({path or 'root'})", lambda: self.copy_path(index))
+        menu.addSeparator()
+        for text, tab in (("Show transforms", "transforms"), ("Show in mapping", "mapping")):
+            action = menu.addAction(text, lambda t=tab: self.show_in(path, t))
+            action.setEnabled(not nothing)
+            action.setToolTip(nothing or f"{text.lower()} of {path or 'the model'}")
+        checked = [p for p in ov.scores if p == path or p.startswith(f"{path}.") or not path]
+        reason = self.state.check_blocker() if within and not checked else nothing
+        action = menu.addAction(
+            "Check this module" if not checked else "Show its check results", lambda: self.state.check_module(path)
+        )
+        action.setEnabled(not reason)
+        action.setToolTip(reason or ("select its results in Checks" if checked else "run the checks, then show it"))
+        menu.addSeparator()
+        menu.addAction("Expand all below", lambda: self.expand_all_below(index))
+        menu.addAction("Collapse", lambda: self.view.collapse(index))
+        return menu
+
+    def header_menu(self) -> QMenu:
+        """Show or hide the tree's columns."""
+        menu = QMenu(self)
+        for col in range(1, self.model.columnCount()):
+            if col == CHECK and not self.model.overlay.scores:
+                continue
+            action = menu.addAction(self.model.headerData(col, Qt.Orientation.Horizontal))
+            action.setCheckable(True)
+            action.setChecked(not self.view.isColumnHidden(col))
+            action.toggled.connect(lambda on, c=col: (self.view.setColumnHidden(c, not on), self.fit_columns()))
+        return menu
 
     def _on_header_menu(self, pos) -> None:
-        header_menu(self).popup(self.view.header().mapToGlobal(pos))
+        self.header_menu().popup(self.view.header().mapToGlobal(pos))
 
     def show_in(self, path: str, tab: str) -> None:
         """Select ``path`` and show it in a tab (transforms, mapping)."""

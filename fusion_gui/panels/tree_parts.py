@@ -1,17 +1,17 @@
-"""Parts of the tree panel: the count badge, the legend, the row and header menus, Esc in the filter box."""
+"""Widgets of the tree panel that know nothing of it: the view, the count badge, Esc in the filter box.
+
+The row and header menus and the legend act on the panel and the state: they live in
+:mod:`.tree_panel`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QPainter
 from PySide6.QtWidgets import (
-    QHBoxLayout,
-    QLabel,
     QLineEdit,
-    QMenu,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QTreeView,
@@ -19,11 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from .. import style
-from ..models.tree_model import CHECK, ColourRole, CountRole, PathRole, StatusRole
-
-if TYPE_CHECKING:
-    from ..state import AppState
-    from .tree_panel import TreePanel
+from ..models.tree_model import ColourRole, CountRole, StatusRole
 
 
 class ModuleTreeView(QTreeView):
@@ -99,50 +95,6 @@ class BadgeDelegate(QStyledItemDelegate):
         painter.restore()
 
 
-def row_menu(panel: TreePanel, index: QModelIndex) -> QMenu:
-    """The row's menu: copy path, show transforms / in mapping, check this module, expand all below."""
-    path = index.data(PathRole) or ""
-    menu = QMenu(panel)
-    menu.setToolTipsVisible(True)
-    ov = panel.model.overlay
-    within = [p for p in ov.matched if p == path or p.startswith(f"{path}.") or not path]
-    menu.addAction(f"Copy path  ({path or 'root'})", lambda: panel.copy_path(index))
-    menu.addSeparator()
-    for text, tab, reason in (
-        ("Show transforms", "transforms", "" if within else "nothing is fused here with the enabled fusions"),
-        ("Show in mapping", "mapping", "" if within else "nothing is fused here with the enabled fusions"),
-    ):
-        action = menu.addAction(text, lambda t=tab: panel.show_in(path, t))
-        action.setEnabled(not reason)
-        action.setToolTip(reason or f"{text.lower()} of {path or 'the model'}")
-    checked = [p for p in ov.scores if p == path or p.startswith(f"{path}.") or not path]
-    reason = "" if within else "nothing is fused here with the enabled fusions"
-    if within and not checked:
-        reason = panel.state.check_blocker()
-    action = menu.addAction(
-        "Check this module" if not checked else "Show its check results", lambda: panel.state.check_module(path)
-    )
-    action.setEnabled(not reason)
-    action.setToolTip(reason or ("select its results in Checks" if checked else "run the checks, then show it"))
-    menu.addSeparator()
-    menu.addAction("Expand all below", lambda: panel.expand_all_below(index))
-    menu.addAction("Collapse", lambda: panel.view.collapse(index))
-    return menu
-
-
-def header_menu(panel: TreePanel) -> QMenu:
-    """Show or hide the tree's columns."""
-    menu = QMenu(panel)
-    for col in range(1, panel.model.columnCount()):
-        if col == CHECK and not panel.model.overlay.scores:
-            continue
-        action = menu.addAction(panel.model.headerData(col, Qt.Orientation.Horizontal))
-        action.setCheckable(True)
-        action.setChecked(not panel.view.isColumnHidden(col))
-        action.toggled.connect(lambda on, c=col: (panel.view.setColumnHidden(c, not on), panel.fit_columns()))
-    return menu
-
-
 class EscapeFilter(QObject):
     """Esc in the filter box clears the filter (a line edit itself ignores Esc)."""
 
@@ -156,41 +108,3 @@ class EscapeFilter(QObject):
             self._clear()
             return True
         return False
-
-
-def fill_legend(layout: QHBoxLayout, state: AppState) -> None:
-    """The legend under the tree: each family with matches in its colour, rejected, fusable below."""
-    while layout.count():
-        item = layout.takeAt(0)
-        if item.widget() is not None:
-            item.widget().deleteLater()
-    matched, rejected = state.highlights()
-    colours = style.family_colours(state.family_order)
-
-    def add(icon, text: str, tip: str) -> None:
-        pic = QLabel()
-        pic.setPixmap(icon.pixmap(14, 14))
-        label = QLabel(text)
-        label.setToolTip(tip)
-        pic.setToolTip(tip)
-        layout.addWidget(pic)
-        layout.addWidget(label)
-
-    enabled = [n for n in state.family_order if n in state.enabled]
-    # only families with matches: the others mark nothing (their counts are in the Fusions tab)
-    for name in enabled:
-        n = sum(1 for f in matched.values() if f == name)
-        if n:
-            tip = f"modules {name} replaces (its colour everywhere)"
-            add(style.fused_icon(colours[name]), f"{name} ({n})", tip)
-    if rejected:
-        tip = "candidates not fused; the reason is in the tooltip"
-        add(style.rejected_icon(), f"rejected ({len(rejected)})", tip)
-    if matched:
-        add(style.contains_icon(style.MIXED), "contains fusable", "the number of fusable modules below")
-    hint = "" if matched else ("nothing to fuse with the enabled fusions" if enabled else "no fusion enabled")
-    if hint:
-        label = QLabel(f"{hint} (Fusions tab)")
-        label.setProperty("role", "hint")
-        layout.addWidget(label)
-    layout.addStretch(1)

@@ -1,5 +1,6 @@
-"""The engine's shape: no import cycles (imports inside functions count), few top-level
-modules, and a lazy public API (``import fusion_core.errors`` pulls in no torch and no plugin)."""
+"""The engine's and the window's shape: no import cycles in either (imports inside functions
+and under ``TYPE_CHECKING`` count), few top-level modules, and a lazy public API
+(``import fusion_core.errors`` pulls in no torch and no plugin)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,12 @@ def test_fusion_core_has_no_import_cycles() -> None:
     graph = grimp.build_graph("fusion_core", cache_dir=None)
     assert len(graph.modules) > 50  # the whole package was read, function-level imports included
     assert _cycles(graph, "fusion_core") == []
+
+
+def test_fusion_gui_has_no_import_cycles() -> None:
+    graph = grimp.build_graph("fusion_gui", cache_dir=None)
+    assert {"fusion_gui.engine", "fusion_gui.jobs", "fusion_gui.panels.tree_panel"} <= graph.modules
+    assert _cycles(graph, "fusion_gui") == []
 
 
 def test_cycle_finder_finds_a_cycle() -> None:

@@ -162,30 +162,31 @@ def test_upstream_worker_never_imports_from_the_folder(qwen2_vl_dir: Path, tmp_p
     assert not [m for m in markers if m.exists()]
 
     # the window's engine process, started the way the window starts it, but from inside the folder
-    from fusion_core.host import wire
+    from fusion_core.boundary.options import CheckOptions
+    from fusion_core.host import protocol, wire
+    from fusion_core.host.ops import CHECK, OPEN, CheckParams, OpenParams
     from fusion_core.run.isolated import isolated_command
-    from fusion_core.run.results import CheckResult
 
     argv, env = isolated_command("fusion_core.host.worker")
     engine = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=folder, env=env)
     try:
+        options = CheckOptions.build(repeats=1, upstream=True, time_budget=0)
         requests = [
-            {"id": 1, "op": "open", "args": {"session": "s", "spec": str(folder)}},
-            {"id": 2, "op": "check", "args": {"session": "s", "fusion_config": {"patch_embeddings": True},
-                                              "repeats": 1, "upstream": True, "time_budget": 0}},
-        ]  # fmt: skip
+            (1, OPEN, OpenParams("s", str(folder))),
+            (2, CHECK, CheckParams("s", {"patch_embeddings": True}, options)),
+        ]
         answers = {}
-        for request in requests:
-            engine.stdin.write(wire.encode(request))
+        for job_id, op, params in requests:
+            engine.stdin.write(wire.encode(protocol.request(op.name, wire.to_plain(params), job_id)))
             engine.stdin.flush()
             while True:
                 msg = wire.decode(engine.stdout.readline())
-                if msg.get("id") == request["id"] and msg["type"] in ("result", "error", "cancelled"):
-                    answers[request["id"]] = msg
+                if msg.get("id") == job_id and ("result" in msg or "error" in msg):
+                    answers[job_id] = msg
                     break
-        assert answers[1]["type"] == "result", answers[1]
-        assert answers[2]["type"] == "result", answers[2]
-        result = wire.from_plain(CheckResult, answers[2]["value"])
+        assert "result" in answers[1], answers[1]
+        assert "result" in answers[2], answers[2]
+        result = CHECK.decode(answers[2]["result"])
     finally:
         engine.stdin.close()
         engine.wait(60)

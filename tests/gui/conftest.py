@@ -103,5 +103,5 @@ def engine_family(qtbot):
 
     yield load
     for window, name in names:
-        job = window.state.jobs.start("unregister", "unregister", {"name": name}, background=True)
-        qtbot.waitUntil(lambda job=job: job.done, timeout=30_000)
+        job = window.state.unregister_family(name)
+        qtbot.waitUntil(job.done, timeout=30_000)

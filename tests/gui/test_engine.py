@@ -20,6 +20,7 @@ WINDOW_SCRIPT = textwrap.dedent(
     """
     import sys
     from PySide6.QtCore import QEventLoop, QTimer
+    from fusion_core.boundary.options import CheckOptions
     from fusion_gui.app import create_app
     from fusion_gui.main_window import MainWindow
     from fusion_gui.settings import Settings
@@ -50,7 +51,7 @@ WINDOW_SCRIPT = textwrap.dedent(
     loop.exec()
     assert got and got[0][0] is not None, "no diff"
     got, loop = wait(state.checks_finished)
-    state.run_checks(repeats=1, upstream=False, time_budget=0)
+    state.run_checks(CheckOptions.build(repeats=1, upstream=False, time_budget=0))
     loop.exec()
     assert got and got[0][0].passed, "checks"
     print(type(got[0][0]).__name__, "torch" in sys.modules, "transformers" in sys.modules, flush=True)
@@ -124,3 +125,31 @@ def test_cancel_ends_a_job_that_does_not_stop(qtbot, window, open_model, only_fu
     only_fusions(window, "patch_embeddings", "gate_up")
     assert window.state.plan is not None and "gate_up" in window.state.plan.fusion_config
     assert panel.run_button.isEnabled() and window.open_action.isEnabled()
+
+
+def test_a_call_answers_with_its_typed_result(qtbot, window):
+    """engine.call(OP, Params) -> Job[Result]: the typed result arrives, the job is a finished future."""
+    from fusion_core.boundary.options import CheckOptions
+    from fusion_core.errors import UsageError
+    from fusion_core.host.ops import CHECK, LISTS, CheckParams, ModelLists, NoParams, OpenParams
+
+    jobs = window.state.jobs
+    job = jobs.call(LISTS, NoParams(), background=True)
+    assert not job.done() and job.name == "lists"
+    with qtbot.waitSignal(job.succeeded, timeout=JOB_TIMEOUT_MS) as sig:
+        pass
+    lists = sig.args[0]
+    assert isinstance(lists, ModelLists) and "llama" in [name for name, _ in lists.demos]
+    assert job.done() and not job.cancelled() and job.result() is lists and job.exception() is None
+    seen = []
+    job.add_done_callback(seen.append)
+    assert seen == [job]
+    # an engine error arrives as its own class, through the same future
+    failing = jobs.call(CHECK, CheckParams("no-such-session", {}, CheckOptions()), background=True)
+    with qtbot.waitSignal(failing.failed, timeout=JOB_TIMEOUT_MS) as sig:
+        pass
+    assert isinstance(sig.args[0], UsageError) and failing.exception() is sig.args[0]
+    with pytest.raises(UsageError, match="no model is open"):
+        failing.result()
+    with pytest.raises(TypeError, match="lists takes NoParams"):
+        jobs.call(LISTS, OpenParams("s", "demo:llama"), background=True)

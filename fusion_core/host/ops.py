@@ -1,0 +1,153 @@
+"""The engine's operations, declared once: name, params dataclass, result type, long or quick.
+
+The engine process (:mod:`.worker`) serves exactly these and the window
+(``fusion_gui.engine.Engine.call``) calls them by these entries, so a renamed field is a
+type error on both sides at once, not a keyword error in the other process::
+
+    job = engine.call(OPEN, OpenParams(session, "demo:qwen2-vl"))  # Job[InspectionView]
+
+Params cross as :func:`.wire.to_plain` data and are rebuilt with :func:`.wire.from_plain`
+(their option objects validate themselves when rebuilt); results the same way
+(:meth:`Op.decode`). *Long* operations run on a thread each, report progress and can be
+cancelled; *quick* ones run in order on one thread.
+
+Adding an operation: its params dataclass and an :class:`Op` here (in :data:`OPS`), its
+handler in :class:`.worker.Host`; the window calls it by the entry.
+
+Importing this module imports neither torch nor transformers (the window imports it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from ..boundary.options import CheckOptions, ExportOptions
+from ..export.result import ExportResult
+from ..model.cache import InspectionView, view_from_data
+from ..plan.diff import PlanDiff
+from ..plan.view import PlanView
+from ..run.results import CheckResult
+from . import wire
+
+P = TypeVar("P")
+R = TypeVar("R")
+FusionConfigData = dict[str, Any]  # family -> True or its options (validated by the engine's plan)
+
+
+# params ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NoParams:
+    """An operation without parameters."""
+
+
+@dataclass(frozen=True)
+class SessionParams:
+    """The window's session (its opened model in the engine)."""
+
+    session: str
+
+
+@dataclass(frozen=True)
+class OpenParams:
+    session: str
+    spec: str
+    trust_remote_code: bool = False
+    cache: bool = True  # save the answer in the model cache (the next start paints it at once)
+    restore: bool = False  # the engine restarted: open the session's model again, quietly
+
+
+@dataclass(frozen=True)
+class PlanParams:
+    """A plan of the session's model with ``fusion_config``."""
+
+    session: str
+    fusion_config: FusionConfigData
+
+
+@dataclass(frozen=True)
+class CheckParams:
+    session: str
+    fusion_config: FusionConfigData
+    options: CheckOptions = field(default_factory=CheckOptions)
+
+
+@dataclass(frozen=True)
+class ExportParams:
+    session: str
+    fusion_config: FusionConfigData
+    out_dir: str
+    options: ExportOptions = field(default_factory=ExportOptions)
+
+
+@dataclass(frozen=True)
+class ConsumersParams:
+    session: str
+    fusion_config: FusionConfigData
+    layout: str
+
+
+@dataclass(frozen=True)
+class FamilyFileParams:
+    path: str  # a Python file of families (code: the user chose to trust it)
+
+
+@dataclass(frozen=True)
+class UnregisterParams:
+    name: str  # a family
+
+
+# results that are not engine types ---------------------------------------------------------
+@dataclass(frozen=True)
+class ModelLists:
+    """What the Open dialog offers: demos (name, description), architectures, cached hub ids."""
+
+    demos: list[tuple[str, str]] = field(default_factory=list)
+    arch: list[str] = field(default_factory=list)
+    hub: list[str] = field(default_factory=list)
+
+
+# the table -------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Op(Generic[P, R]):
+    """One operation of the engine process."""
+
+    name: str
+    params: type[P]
+    result: Any  # the result's type (a dataclass, a typing form of them, or None)
+    long: bool = False  # on its own thread, with progress and cancel
+
+    def decode(self, data: Any) -> R:
+        """The typed result from its plain data (in the window).
+
+        Raises:
+            TypeError, ValueError, KeyError: ``data`` does not have the result's shape.
+        """
+        special = _FROM_PLAIN.get(self.result)
+        return special(data) if special is not None else wire.from_plain(self.result, data)
+
+    def __repr__(self) -> str:
+        return f"Op({self.name!r})"
+
+
+# INTEGRATION (conv): until the converter structures InspectionView itself, the "open" answer
+# is the model cache's form, read by its own validator. Drop this table with that change.
+_FROM_PLAIN: dict[Any, Callable[[Any], Any]] = {InspectionView: view_from_data}
+
+OPEN: Op[OpenParams, InspectionView] = Op("open", OpenParams, InspectionView, long=True)
+CHECK: Op[CheckParams, CheckResult] = Op("check", CheckParams, CheckResult, long=True)
+EXPORT: Op[ExportParams, ExportResult] = Op("export", ExportParams, ExportResult, long=True)
+PLAN: Op[PlanParams, PlanView] = Op("plan", PlanParams, PlanView)
+DIFF: Op[PlanParams, PlanDiff] = Op("diff", PlanParams, PlanDiff)
+CONSUMERS: Op[ConsumersParams, list[dict[str, Any]]] = Op("consumers", ConsumersParams, list[dict[str, Any]])
+LISTS: Op[NoParams, ModelLists] = Op("lists", NoParams, ModelLists)
+DEVICES: Op[NoParams, list[str]] = Op("devices", NoParams, list[str])
+FAMILY_FILE: Op[FamilyFileParams, list[str]] = Op("family_file", FamilyFileParams, list[str])
+UNREGISTER: Op[UnregisterParams, None] = Op("unregister", UnregisterParams, type(None))
+CLOSE: Op[SessionParams, None] = Op("close", SessionParams, type(None))
+
+#: every operation, by name
+OPS: dict[str, Op[Any, Any]] = {
+    op.name: op for op in (OPEN, CHECK, EXPORT, PLAN, DIFF, CONSUMERS, LISTS, DEVICES, FAMILY_FILE, UNREGISTER, CLOSE)
+}
