@@ -3,7 +3,7 @@
 Panels never import each other: they read this state and react to its signals; user
 actions call its methods. Everything the engine computes (opening, plans, the diff,
 checks, export) is a job of the engine process (:class:`JobManager`); the state holds
-only its plain-data answers: an :class:`~fusion_core.model.cache.InspectionView`, a
+only its plain-data answers: an :class:`~fusion_core.plan.view.InspectionView`, a
 :class:`~fusion_core.plan.view.PlanView`, a ``CheckResult``, an ``ExportResult``.
 """
 
@@ -22,8 +22,8 @@ from .jobs import Job, JobManager
 from .settings import Settings
 
 if TYPE_CHECKING:
-    from fusion_core.model.cache import CachedDiscovery, InspectionView
-    from fusion_core.plan.view import PlanView
+    from fusion_core.plan.discovery import Discovery
+    from fusion_core.plan.view import InspectionView, PlanView
 
     from .engine import Engine
 
@@ -114,7 +114,7 @@ class AppState(QObject):
         if self.jobs.busy:
             self.error_raised.emit("Busy", f"Wait for the {self.jobs.current.name} job to finish, or cancel it.", "")
             return None
-        from fusion_core.model.cache import view_from_data
+        from fusion_core.plan.view import view_from_data
 
         job = self._start(
             "open",
@@ -135,11 +135,11 @@ class AppState(QObject):
         Only while no model is open (start-up): the live inspection, opened next with
         :meth:`open_model`, replaces it. Returns whether a cached entry was shown.
         """
-        from fusion_core.model import cache
+        from fusion_core.plan.view import cached_view
 
         if self.inspection is not None:
             return False
-        cached = cache.load(spec.strip())
+        cached = cached_view(spec.strip())
         if cached is None:
             return False
         self.preview = cached
@@ -197,7 +197,7 @@ class AppState(QObject):
         """The model on show: the open one, or the cached preview before it is open."""
         return self.inspection if self.inspection is not None else self.preview
 
-    def discovery(self, family: str) -> CachedDiscovery | None:
+    def discovery(self, family: str) -> Discovery | None:
         shown = self.shown
         return shown.discovery(family) if shown is not None else None
 

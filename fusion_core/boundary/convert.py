@@ -210,7 +210,7 @@ _PLAIN_TYPES = (str, int, float, bool, type(None), list, tuple, dict, set, froze
 
 def _not_plain(tp: Any) -> bool:
     """A class that is neither plain data nor a dataclass: refused (a tensor, a class, a function)."""
-    if tp is Any or tp is object or not isinstance(tp, type):
+    if tp is Any or not isinstance(tp, type):
         return False
     return not _is_dataclass(tp) and not issubclass(tp, _PLAIN_TYPES)
 

@@ -92,7 +92,7 @@ class PlanDiff:
     unchanged_keys: int
     original_params: int
     fused_params: int
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, compare=False)  # measured; not in the plain form
     messages: list[str] = field(default_factory=list)
 
     @property

@@ -69,7 +69,7 @@ class Discovery:
     model_name: str = ""
     matches: list[Match] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
-    transforms: list[KeyTransform] = field(default_factory=list, metadata=plain(omit=True))
+    transforms: list[KeyTransform] = field(default_factory=list, compare=False, metadata=plain(omit=True))
     empty_message: str = field(default="", metadata=plain("message"))
     #: modules that look like the family's target under other names, not candidates
     #: (reason ``not a candidate: ...``; see :meth:`FusionSpec.near_miss`)
