@@ -38,6 +38,7 @@ print(time.perf_counter() - t0)
 
 def plan_once() -> float:
     from fusion_core import inspect_model
+    from fusion_core.boundary.convert import to_plain
     from fusion_core.plan.discovery import clear_cache
 
     clear_cache()
