@@ -24,7 +24,7 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..boundary.convert import converter
+from ..boundary.convert import converter, from_plain
 from ..errors import UsageError
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 
@@ -59,11 +59,6 @@ class TypeResult:
     def rejected(self, family: str) -> list[dict[str, Any]]:
         """Rejected candidates of ``family``: ``{"class", "reason", "modules": [paths]}``."""
         return self.families.get(family, {}).get("rejected", [])
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TypeResult:
-        names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass
@@ -201,7 +196,7 @@ def coverage_scan(
 
     return CoverageReport(
         families=family_names,
-        results=[TypeResult.from_dict(results[t]) for t in sorted(results)],
+        results=[from_plain(TypeResult, results[t]) for t in sorted(results)],  # the workers' answers
         jobs=jobs,
         seconds=time.perf_counter() - t0,
         transformers_version=transformers.__version__,
