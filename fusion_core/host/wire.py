@@ -23,7 +23,7 @@ from .. import errors
 from ..boundary.convert import from_plain, to_plain
 
 __all__ = ["EngineFailure", "decode", "encode", "error_data", "error_from_data", "from_plain", "to_plain"]
-MAX_LINE_BYTES = 256 * 1024 * 1024  # one message; a 200k-module tree is ~30 MB
+MAX_LINE_BYTES = 256 * 1024 * 1024  # one message; a 200k-module tree is ~60 MB
 
 
 class EngineFailure(Exception):

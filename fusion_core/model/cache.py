@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 FORMAT = "fusion-inspector-inspection"
 VERSION = 3  # 3: the converter's plain form of InspectionView (2: positional rows)
-MAX_BYTES = 32 * 1024 * 1024  # a 200k-module tree is ~30 MB; anything larger is not ours
+MAX_BYTES = 64 * 1024 * 1024  # a 200k-module tree is ~60 MB as keyed objects; anything larger is not ours
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_ENTRIES = 64
 # fusion_core.families.plugins.GROUP (not imported: the families import torch; a test keeps them equal)
