@@ -16,6 +16,8 @@ import os
 import resource
 import time
 
+from fusion_core.boundary.convert import to_plain
+
 TARGET = 60.0
 
 
@@ -58,7 +60,7 @@ def main() -> None:
     print("  failed by stage: " + ", ".join(f"{k} {v}" for k, v in sorted(stages.items())))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(report.to_dict(), f, indent=1)
+            json.dump(to_plain(report), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -29,20 +29,22 @@ _FRESH = """
 import time
 t0 = time.perf_counter()
 from fusion_core import inspect_model
+from fusion_core.boundary.convert import to_plain
 plan = inspect_model({spec!r}).plan({{"patch_embeddings": True}})
-plan.to_dict()
+to_plain(plan)
 print(time.perf_counter() - t0)
 """
 
 
 def plan_once() -> float:
     from fusion_core import inspect_model
+    from fusion_core.boundary.convert import to_plain
     from fusion_core.plan.discovery import clear_cache
 
     clear_cache()
     t0 = time.perf_counter()
     plan = inspect_model(SPEC).plan({"patch_embeddings": True})
-    plan.to_dict()
+    to_plain(plan)
     elapsed = time.perf_counter() - t0
     assert plan.rows(), "qwen2_vl must have its patch embedding matched"
     return elapsed

@@ -79,7 +79,26 @@ class EngineStopped(FusionError):
     """The engine process ended while it ran something (a crash, or killed to cancel for sure)."""
 
 
-def one_line(error: BaseException) -> str:
-    """Return a single-line message for ``error`` (what the CLI prints on stderr)."""
-    text = str(error).strip() or type(error).__name__
-    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+def one_line(error: BaseException, *, first: bool = False, named: bool = False, limit: int | None = None) -> str:
+    """A single-line message for ``error``: what the CLI prints on stderr, and what a message
+    quotes of a third-party exception.
+
+    Args:
+        error: the exception.
+        first: only its first line (a transformers traceback text, a long validation
+            report), instead of every line joined with spaces.
+        named: prefixed with the exception's type (``KeyError: 'x'``), for an exception
+            that is not ours (its type is part of what it says).
+        limit: at most this many characters of the message (text from a model is data:
+            bounded before it goes into a message of ours).
+
+    Returns:
+        The message; the exception's type name when it has no text.
+    """
+    lines = [part.strip() for part in str(error).strip().splitlines() if part.strip()]
+    text = (lines[0] if first else " ".join(lines)) if lines else ""
+    if limit is not None:
+        text = text[:limit]
+    if named:
+        return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return text or type(error).__name__

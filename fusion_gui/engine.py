@@ -172,7 +172,7 @@ class Engine(QObject):
         Raises:
             TypeError: ``params`` is not an ``op.params`` object.
         """
-        from fusion_core.host.wire import to_plain
+        from fusion_core.boundary.convert import to_plain
 
         if not isinstance(params, op.params):
             raise TypeError(f"{op.name} takes {op.params.__name__}, not {type(params).__name__}")
@@ -186,7 +186,7 @@ class Engine(QObject):
 
     def _notify(self, op: Op[Any, Any], params: Any) -> None:
         """Send ``op(params)`` as a notification: no job, no answer."""
-        from fusion_core.host.wire import to_plain
+        from fusion_core.boundary.convert import to_plain
 
         self._send_raw(protocol.request(op.name, to_plain(params)))
 

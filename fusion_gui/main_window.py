@@ -33,7 +33,7 @@ from .panels.tree_panel import TreePanel
 from .state import AppState
 
 if TYPE_CHECKING:
-    from fusion_core.model.cache import InspectionView
+    from fusion_core.plan.view import InspectionView
 
 TAB_NAMES = ("fusions", "mapping", "transforms", "diff", "checks", "log")
 

@@ -3,7 +3,7 @@
 Panels never import each other: they read this state and react to its signals; user
 actions call its methods. Everything the engine computes (opening, plans, the diff,
 checks, export) is a job of the engine process (:class:`JobManager`); the state holds
-only its plain-data answers: an :class:`~fusion_core.model.cache.InspectionView`, a
+only its plain-data answers: an :class:`~fusion_core.plan.view.InspectionView`, a
 :class:`~fusion_core.plan.view.PlanView`, a ``CheckResult``, an ``ExportResult``.
 """
 
@@ -47,10 +47,10 @@ from .jobs import Job, JobManager
 from .settings import Settings
 
 if TYPE_CHECKING:
-    from fusion_core.export.result import ExportResult
-    from fusion_core.model.cache import CachedDiscovery, InspectionView
+    from fusion_core.export.result import Consumer, ExportResult
     from fusion_core.plan.diff import PlanDiff
-    from fusion_core.plan.view import PlanView
+    from fusion_core.plan.discovery import Discovery
+    from fusion_core.plan.view import InspectionView, PlanView
     from fusion_core.run.results import CheckResult
 
     from .engine import Engine
@@ -176,11 +176,11 @@ class AppState(QObject):
         Only while no model is open (start-up): the live inspection, opened next with
         :meth:`open_model`, replaces it. Returns whether a cached entry was shown.
         """
-        from fusion_core.model import cache
+        from fusion_core.plan.view import cached_view
 
         if self.inspection is not None:
             return False
-        cached = cache.load(spec.strip())
+        cached = cached_view(spec.strip())
         if cached is None:
             return False
         self.preview = cached
@@ -238,7 +238,7 @@ class AppState(QObject):
         """The model on show: the open one, or the cached preview before it is open."""
         return self.inspection if self.inspection is not None else self.preview
 
-    def discovery(self, family: str) -> CachedDiscovery | None:
+    def discovery(self, family: str) -> Discovery | None:
         shown = self.shown
         return shown.discovery(family) if shown is not None else None
 
@@ -361,7 +361,7 @@ class AppState(QObject):
         or the plan on show's."""
         return self.jobs.call(DIFF, PlanParams(self.session, self._shown_config(fusion_config)), background=True)
 
-    def consumers(self, layout: str, fusion_config: dict[str, Any] | None = None) -> Job[list[dict[str, Any]]]:
+    def consumers(self, layout: str, fusion_config: dict[str, Any] | None = None) -> Job[list[Consumer]]:
         """Who is expected to load an export in ``layout`` (a dry run on the plan; a background job)."""
         params = ConsumersParams(self.session, self._shown_config(fusion_config), layout)
         return self.jobs.call(CONSUMERS, params, background=True)

@@ -42,7 +42,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(f"fusion-core: note: {note}", file=sys.stderr)
     diff = diff_plan(insp.plan({name: True for name in args.fusion}))
     if args.json:
-        print_json(diff.to_dict())
+        print_json(diff)
     else:
         _print_human(diff)
     problems = []

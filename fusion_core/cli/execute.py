@@ -140,7 +140,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     result = run_with_progress(gen, desc="check", quiet=args.json)
     if args.json:
-        print_json(result.to_dict())
+        print_json(result)
     else:
         print(format_check(result))
     return 0 if result.passed else 1

@@ -91,7 +91,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     for note in result.verification.notes:  # e.g. leftovers of a killed export, removed
         print(f"fusion-core: note: {printable(note)}", file=sys.stderr)
     if args.json:
-        print_json(result.to_dict())
+        print_json(result)
         return 0
     print(
         f"exported {result.source} ({result.source_layout} layout) -> {result.out_dir} ({result.layout} layout), "
@@ -103,10 +103,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"transformed: {', '.join(result.transformed)}")
     for name, reason in result.skipped_files:
         print(f"not copied: {name}: {reason}")
-    print(f"verified: {result.verification.summary()}")
+    print(f"verified: {result.verification.summary}")
     if result.written_fusion_config is not None:
         print(f"config.json fusion_config: {json.dumps(result.written_fusion_config)}")
     if result.consumers:
-        rows = [(c["name"], c["status"], c["how"], c["detail"]) for c in result.consumers]
+        rows = [(c.name, c.status, c.how, c.detail) for c in result.consumers]
         print(table(rows, ["consumer", "status", "how", "detail"]))
     return 0

@@ -69,6 +69,7 @@ def _open(args: argparse.Namespace):
 def cmd_tree(args: argparse.Namespace) -> int:
     """``tree MODEL [--depth N] [--json]``: the meta-initialized module tree."""
     from ..errors import UsageError
+    from ..model.tree import tree_plain
 
     if args.depth is not None and args.depth < 0:
         raise UsageError(f"tree: --depth must be 0 or more, got {args.depth}")
@@ -82,7 +83,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
                 "model_class": insp.source.model_class.__name__,
                 "modules": len(insp.tree),
                 "total_params": root.total_params,
-                "tree": root.to_dict(args.depth),
+                "tree": tree_plain(root, args.depth),
             }
         )
         return 0
@@ -157,7 +158,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError("plan: give at least one --fusion NAME (see `fusion-core families`)")
     plan = as_plan(insp, fusion_config)  # without --fusion: the checkpoint's own fusion_config
     if args.json:
-        print_json(plan.to_dict())
+        print_json(plan)
         return 0
     print(f"{plan.model}: {plan.model_class}")
     for fam in plan.families:
@@ -226,7 +227,7 @@ def cmd_families(args: argparse.Namespace) -> int:
                     "description": s.description,
                     "patterns": list(s.target_modules_patterns),
                     "origin": getattr(s, "origin", "fusion_core"),
-                    "options": {k: o.to_dict() for k, o in s.options_schema().items()},
+                    "options": s.options_schema(),
                 }
                 for s in specs
             ]
@@ -254,7 +255,7 @@ def _self_test(args: argparse.Namespace) -> int:
         reports.append(check_family(spec))
     failed = [(r.family, p) for r in reports for p in r.failures]
     if args.json:
-        print_json({"schema_version": 1, "passed": not failed, "families": [r.to_dict() for r in reports]})
+        print_json({"schema_version": 1, "passed": not failed, "families": reports})
     else:
         for report in reports:
             print(f"\n[{report.family}] {'pass' if report.passed else 'FAIL'} ({report.seconds:.1f} s)")
@@ -296,7 +297,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     )
     report = run_with_progress(gen, "coverage")
     if args.json:
-        print_json(report.to_dict())
+        print_json(report)
     else:
         print(format_report(report))
     return 0

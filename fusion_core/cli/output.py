@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any, TypeVar
 
+from ..boundary.convert import to_plain
 from ..progress import CancelToken, Progress, ProgressGenerator, drive
 from ..text import human_count, printable, table
 
@@ -15,8 +16,9 @@ T = TypeVar("T")
 
 
 def print_json(data: Any) -> None:
-    """Write ``data`` as indented JSON on stdout (the ``--json`` output)."""
-    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
+    """Write ``data`` (a result, or a dict of them) in its plain form as indented JSON on stdout
+    (the ``--json`` output; :func:`fusion_core.boundary.convert.to_plain`)."""
+    json.dump(to_plain(data), sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
+
+from ..boundary.convert import plain
 
 
 @dataclass(frozen=True)
@@ -13,6 +15,8 @@ class PropertyResult:
     ``passed`` is False only for a failure; a property that cannot be checked on a model
     (no sample inputs, nothing matched) is ``skipped`` and counts as passed.
     """
+
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = ("name", "passed", "skipped", "detail", "model")
 
     name: str
     passed: bool
@@ -24,23 +28,16 @@ class PropertyResult:
     def status(self) -> str:
         return "skipped" if self.skipped else ("pass" if self.passed else "FAIL")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "passed": self.passed,
-            "skipped": self.skipped,
-            "detail": self.detail,
-            "model": self.model,
-        }
-
 
 @dataclass
 class ConformanceReport:
     """The kit's verdict on one family."""
 
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = ("family", "passed", "seconds", "properties")
+
     family: str
     properties: list[PropertyResult] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=plain(dump=lambda s: round(s, 2)))
 
     @property
     def passed(self) -> bool:
@@ -59,12 +56,3 @@ class ConformanceReport:
         if self.passed:
             return f"{self.family}: all {len(self.properties)} checks passed"
         return "\n".join(f"{self.family}: {p.name} on {p.model}: {p.detail}" for p in self.failures)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Stable JSON data (``fusion-core families --self-test --json``)."""
-        return {
-            "family": self.family,
-            "passed": self.passed,
-            "seconds": round(self.seconds, 2),
-            "properties": [p.to_dict() for p in self.properties],
-        }

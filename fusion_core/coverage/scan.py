@@ -24,6 +24,7 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..boundary.convert import converter, from_plain
 from ..errors import UsageError
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 
@@ -59,11 +60,6 @@ class TypeResult:
         """Rejected candidates of ``family``: ``{"class", "reason", "modules": [paths]}``."""
         return self.families.get(family, {}).get("rejected", [])
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TypeResult:
-        names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in names})
-
 
 @dataclass
 class CoverageReport:
@@ -93,46 +89,50 @@ class CoverageReport:
     def instantiated(self) -> list[TypeResult]:
         return [r for r in self.results if r.ok]
 
-    def to_dict(self) -> dict[str, Any]:
-        """Stable JSON data (``fusion-core coverage --json``; schema in docs/cli-json.md)."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "transformers_version": self.transformers_version,
-            "torch_version": self.torch_version,
-            "jobs": self.jobs,
-            "seconds": round(self.seconds, 2),
-            "model_types": len(self.results),
-            "instantiated": len(self.instantiated),
-            "failed_count": len(self.failed),
-            "families": [
-                {
-                    "name": name,
-                    "fusable": [
-                        {"model_type": r.model_type, "model_class": r.model_class, "classes": r.matches(name)}
-                        for r in self.fusable(name)
-                    ],
-                    "rejected": [
-                        {"model_type": r.model_type, "model_class": r.model_class, "rejected": r.rejected(name)}
-                        for r in self.rejected(name)
-                    ],
-                }
-                for name in self.families
-            ],
-            "scanned": [
-                {"model_type": r.model_type, "model_class": r.model_class, "class_source": r.class_source}
-                for r in self.instantiated
-            ],
-            "failed": [
-                {
-                    "model_type": r.model_type,
-                    "model_class": r.model_class,
-                    "stage": r.stage,
-                    "error_type": r.error_type,
-                    "error": r.error,
-                }
-                for r in self.failed
-            ],
-        }
+
+def _report_plain(self: CoverageReport) -> dict[str, Any]:
+    """The plain form of a coverage report (``fusion-core coverage --json``; schema in docs/cli-json.md)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "transformers_version": self.transformers_version,
+        "torch_version": self.torch_version,
+        "jobs": self.jobs,
+        "seconds": round(self.seconds, 2),
+        "model_types": len(self.results),
+        "instantiated": len(self.instantiated),
+        "failed_count": len(self.failed),
+        "families": [
+            {
+                "name": name,
+                "fusable": [
+                    {"model_type": r.model_type, "model_class": r.model_class, "classes": r.matches(name)}
+                    for r in self.fusable(name)
+                ],
+                "rejected": [
+                    {"model_type": r.model_type, "model_class": r.model_class, "rejected": r.rejected(name)}
+                    for r in self.rejected(name)
+                ],
+            }
+            for name in self.families
+        ],
+        "scanned": [
+            {"model_type": r.model_type, "model_class": r.model_class, "class_source": r.class_source}
+            for r in self.instantiated
+        ],
+        "failed": [
+            {
+                "model_type": r.model_type,
+                "model_class": r.model_class,
+                "stage": r.stage,
+                "error_type": r.error_type,
+                "error": r.error,
+            }
+            for r in self.failed
+        ],
+    }
+
+
+converter.register_unstructure_hook(CoverageReport, _report_plain)
 
 
 def scan(
@@ -196,7 +196,7 @@ def coverage_scan(
 
     return CoverageReport(
         families=family_names,
-        results=[TypeResult.from_dict(results[t]) for t in sorted(results)],
+        results=[from_plain(TypeResult, results[t]) for t in sorted(results)],  # the workers' answers
         jobs=jobs,
         seconds=time.perf_counter() - t0,
         transformers_version=transformers.__version__,

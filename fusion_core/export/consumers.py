@@ -25,8 +25,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExportError
+from ..boundary.convert import from_plain, to_plain
+from ..errors import ExportError, one_line
 from ..run.isolated import run_isolated
+from .result import Consumer
 
 __all__ = ["LOADS_EXACTLY", "LOADS_WRONG", "REFUSES", "predicted_consumers", "transformers_accepts", "try_consumers"]
 
@@ -44,7 +46,7 @@ def try_consumers(
     *,
     trust_remote_code: bool = False,
     timeout: float = 1800,
-) -> list[dict[str, Any]]:
+) -> list[Consumer]:
     """Load ``written`` with each consumer in a child process and compare with the source.
 
     Args:
@@ -56,10 +58,11 @@ def try_consumers(
         timeout: seconds before the probe is abandoned.
 
     Returns:
-        ``[{name, status, how, detail, max_abs_diff}]``: our loader, then transformers.
+        Our loader, then transformers.
 
     Raises:
-        ExportError: the child process failed or did not answer.
+        ExportError: the child process failed or did not answer, or its answer is not a
+            list of consumers.
     """
     spec = {
         "source": str(Path(source_folder).resolve()),
@@ -76,7 +79,10 @@ def try_consumers(
         raise ExportError(f"trying the consumers of {written} took over {timeout:.0f}s; nothing was written") from None
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(_MARK):
-            return list(json.loads(line[len(_MARK) :]))
+            try:
+                return from_plain(list[Consumer], json.loads(line[len(_MARK) :]))
+            except ValueError as e:  # PlainDataError, JSONDecodeError
+                raise ExportError(f"the consumers' answer is not understood ({e}); nothing was written") from None
     last = (done.stderr.strip().splitlines() or ["no output"])[-1]
     raise ExportError(f"trying the consumers of the export failed ({last}); nothing was written")
 
@@ -99,7 +105,7 @@ def transformers_accepts(recorded: dict[str, Any]) -> bool:
     return False
 
 
-def predicted_consumers(plan: Any, layout: str, dest: str = "OUT") -> list[dict[str, Any]]:
+def predicted_consumers(plan: Any, layout: str, dest: str = "OUT") -> list[Consumer]:
     """A dry run before writing: the consumers as far as the plan tells, without loading.
 
     The transformers status is known only where transformers refuses the family names (or
@@ -113,25 +119,20 @@ def predicted_consumers(plan: Any, layout: str, dest: str = "OUT") -> list[dict[
     where = json.dumps(dest)
     cls = plan.model_class
     recorded = {f.name: f.options or True for f in plan.families if f.discovery.matches}
-    ours = {
-        "name": f"fusion_core {fusion_core.__version__}",
-        "status": LOADS_EXACTLY,
-        "how": f"fusion_core.load({where})",
-        "detail": "predicted; verified by loading after writing",
-    }
-    stock: dict[str, Any] = {
-        "name": f"transformers {transformers.__version__}",
-        "how": f"transformers.{cls}.from_pretrained({where})",
-    }
+    ours = Consumer(
+        f"fusion_core {fusion_core.__version__}",
+        LOADS_EXACTLY,
+        f"fusion_core.load({where})",
+        "predicted; verified by loading after writing",
+    )
+    stock = Consumer(f"transformers {transformers.__version__}", "", f"transformers.{cls}.from_pretrained({where})")
     if layout == "original" or not recorded:
-        stock.update(status=LOADS_EXACTLY, detail="predicted: no fusion_config, a plain model")
+        stock.status, stock.detail = LOADS_EXACTLY, "predicted: no fusion_config, a plain model"
     elif not transformers_accepts(recorded):
-        stock.update(status=REFUSES, detail=f"predicted: it does not know the families {', '.join(recorded)}")
+        stock.status, stock.detail = REFUSES, f"predicted: it does not know the families {', '.join(recorded)}"
     else:
-        stock.update(
-            status="tried after writing",
-            detail="it knows the family name; loaded after writing, guarded or refused if wrong",
-        )
+        stock.status = "tried after writing"
+        stock.detail = "it knows the family name; loaded after writing, guarded or refused if wrong"
     return [ours, stock]
 
 
@@ -145,11 +146,6 @@ def _status(want: Any, got: Any) -> tuple[str, float | None, str]:
     return LOADS_WRONG, comparison.max_abs_diff, f"outputs differ from the source model's ({detail})"
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-
-
 def _run(model: Any, found: Any) -> Any:
     import torch
 
@@ -161,7 +157,7 @@ def _run(model: Any, found: Any) -> Any:
         return main_output(entry(**inputs.kwargs))[1]
 
 
-def _probe(spec: dict[str, Any]) -> list[dict[str, Any]]:
+def _probe(spec: dict[str, Any]) -> list[Consumer]:
     import torch
     import transformers
 
@@ -177,28 +173,28 @@ def _probe(spec: dict[str, Any]) -> list[dict[str, Any]]:
     cls = type(reference)
     del reference
     where = json.dumps(spec["shown_as"])
-    consumers = []
+    consumers: list[Consumer] = []
 
     def judge(name: str, how: str, loader: Any) -> None:
-        entry: dict[str, Any] = {"name": name, "status": REFUSES, "how": how, "detail": "", "max_abs_diff": None}
+        entry = Consumer(name, REFUSES, how)
         consumers.append(entry)
         try:
             model, problems = loader()
         except Exception as e:  # any failure to load is the consumer refusing
-            entry["detail"] = _first_line(e)
+            entry.detail = one_line(e, named=True, first=True)
             return
         if problems:
-            entry.update(status=LOADS_WRONG, detail="; ".join(problems))
+            entry.status, entry.detail = LOADS_WRONG, "; ".join(problems)
         elif found is None:
-            entry.update(status=LOADS_EXACTLY, detail="no missing or unexpected keys (no synthetic input fits)")
+            entry.status, entry.detail = LOADS_EXACTLY, "no missing or unexpected keys (no synthetic input fits)"
         else:
             try:
                 got = _run(model.eval(), found)
             except Exception as e:  # loads but cannot run: loaded wrong
-                entry.update(status=LOADS_WRONG, detail=f"loads, but does not run: {_first_line(e)}")
+                entry.status = LOADS_WRONG
+                entry.detail = f"loads, but does not run: {one_line(e, named=True, first=True)}"
                 return
-            status, diff, detail = _status(found[2], got)
-            entry.update(status=status, detail=detail, max_abs_diff=diff)
+            entry.status, entry.max_abs_diff, entry.detail = _status(found[2], got)
 
     def ours() -> tuple[Any, list[str]]:
         return load(spec["written"], dtype="float32", trust_remote_code=trust).model, []
@@ -229,7 +225,7 @@ def _main() -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     spec = json.loads(sys.stdin.read())
     result = _probe(spec)
-    sys.stdout.write("\n" + _MARK + json.dumps(result) + "\n")
+    sys.stdout.write("\n" + _MARK + json.dumps(to_plain(result)) + "\n")
     return 0
 
 

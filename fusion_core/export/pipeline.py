@@ -29,7 +29,7 @@ from ..plan.layout import check_layout, check_shapes
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from . import files as fs
 from .consumers import LOADS_EXACTLY, LOADS_WRONG, transformers_accepts
-from .result import ExportResult, ExportVerification
+from .result import Consumer, ExportResult, ExportVerification, OutputFile, SkippedFile
 from .rules import check_dtypes, check_original_keys, guard, legacy_tensors, matched_config, with_own_families
 from .writer import DEFAULT_MAX_SHARD_SIZE, OutTensor, iter_write, parse_size, plan_shards, write_text
 
@@ -199,7 +199,7 @@ def iter_export(
         verification.notes.extend(dest.notes)  # leftovers of a killed export, removed
         if layout == "original":
             check_original_keys(insp, tmp)
-        consumers: list[dict[str, Any]] = []
+        consumers: list[Consumer] = []
         if guarded:
             verification.notes.append(
                 "consumers not tried (outputs not verified): family names transformers accepts were written "
@@ -230,14 +230,12 @@ def iter_export(
                     f"stock transformers loaded the export wrong ({wrong}): its family names were written with "
                     f"the {GUARD_PREFIX!r} prefix, so that transformers refuses them loudly"
                 )
-            bad = [c for c in consumers if c["status"] == LOADS_WRONG]
-            ours = [c for c in consumers if c["name"].startswith("fusion_core") and c["status"] != LOADS_EXACTLY]
+            bad = [c for c in consumers if c.status == LOADS_WRONG]
+            ours = [c for c in consumers if c.name.startswith("fusion_core") and c.status != LOADS_EXACTLY]
             if bad or ours:
                 c = (bad or ours)[0]
-                raise ExportError(
-                    f"verification failed: {c['name']} {c['status']} ({c['detail']}); nothing was written"
-                )
-        files = sorted((p.name, p.stat().st_size) for p in tmp.iterdir())
+                raise ExportError(f"verification failed: {c.name} {c.status} ({c.detail}); nothing was written")
+        files = sorted(OutputFile(p.name, p.stat().st_size) for p in tmp.iterdir())
         yield Progress(total, total, "moving into place")
         fs.move_into_place(tmp, dest)
         finished = True
@@ -254,7 +252,7 @@ def iter_export(
         tensors=len(outputs),
         transformed=[k for g in groups for k in g.outputs],
         copied_files=[name for name, _ in others],
-        skipped_files=skipped,
+        skipped_files=[SkippedFile(*s) for s in skipped],
         verification=verification,
         replaced_existing=dest.replaces,
         seconds=time.perf_counter() - t0,
@@ -282,19 +280,19 @@ def export(
     return drive(iter_export(source, out_dir, fusion_config, **options), progress, cancel)
 
 
-def _consumers(folder: Path, written: Path, dest: Path, plan: FusionPlan, trust: bool) -> list[dict[str, Any]]:
+def _consumers(folder: Path, written: Path, dest: Path, plan: FusionPlan, trust: bool) -> list[Consumer]:
     from .consumers import try_consumers
 
     paths = [m.path for fam in plan.families for m in fam.discovery.matches]
     return try_consumers(folder, written, dest, paths, trust_remote_code=trust)
 
 
-def _status(consumers: list[dict[str, Any]], name: str) -> str | None:
-    return next((c["status"] for c in consumers if c["name"].startswith(name)), None)
+def _status(consumers: list[Consumer], name: str) -> str | None:
+    return next((c.status for c in consumers if c.name.startswith(name)), None)
 
 
-def _detail(consumers: list[dict[str, Any]], name: str) -> str:
-    return next((c["detail"] for c in consumers if c["name"].startswith(name)), "")
+def _detail(consumers: list[Consumer], name: str) -> str:
+    return next((c.detail for c in consumers if c.name.startswith(name)), "")
 
 
 def _groups(plan: FusionPlan, layout: str, folder: Path) -> list[_Group]:

@@ -2,11 +2,41 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
-__all__ = ["ExportResult", "ExportVerification"]
+from ..boundary.convert import plain
+
+__all__ = ["Consumer", "ExportResult", "ExportVerification", "OutputFile", "SkippedFile"]
+
+
+class OutputFile(NamedTuple):
+    """A file in the output folder (``{name, bytes}`` as plain data)."""
+
+    name: str
+    bytes: int
+
+
+class SkippedFile(NamedTuple):
+    """A file of the source folder that was not copied, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass
+class Consumer:
+    """Who loads the export, found by loading it (or predicted, before writing).
+
+    Also the answer of the consumers' child process (:mod:`fusion_core.export.consumers`).
+    """
+
+    name: str  # "fusion_core 0.x" | "transformers 5.x"
+    status: str  # LOADS_EXACTLY | REFUSES | LOADS_WRONG | "tried after writing" (predicted)
+    how: str  # the call that loads it
+    detail: str = ""
+    max_abs_diff: float | None = None  # its main output against the source model's
 
 
 @dataclass
@@ -20,7 +50,13 @@ class ExportVerification:
     outputs: dict[str, Any] | None = None  # the output comparison, when run
     notes: list[str] = field(default_factory=list)
 
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "tensors_checked", "files_checked", "transforms_inverted", "outputs_checked", "outputs", "notes", "summary",
+    )  # fmt: skip
+
+    @property
     def summary(self) -> str:
+        """One line: what was checked."""
         parts = [f"{self.tensors_checked} tensors in {self.files_checked} file(s) match the plan"]
         if self.transforms_inverted:
             parts.append(f"{self.transforms_inverted} transform(s) invert bitwise")
@@ -35,21 +71,27 @@ class ExportVerification:
 class ExportResult:
     """What an export wrote and how it was verified."""
 
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "source", "out_dir", "layout", "source_layout", "fusion_config", "files", "total_bytes", "tensors",
+        "transformed", "copied_files", "skipped_files", "verification", "replaced_existing", "seconds",
+        "written_fusion_config", "guarded", "consumers",
+    )  # fmt: skip
+
     source: str
     out_dir: Path
     layout: str
     source_layout: str
     fusion_config: dict[str, Any]
-    files: list[tuple[str, int]]  # (name, bytes), in the output folder
+    files: list[OutputFile]  # in the output folder
     tensors: int
     transformed: list[str]  # output keys produced by a transform
     copied_files: list[str]
-    skipped_files: list[tuple[str, str]]
+    skipped_files: list[SkippedFile]
     verification: ExportVerification
     replaced_existing: bool
-    seconds: float
-    #: who loads the export, found by loading it: [{name, status, how, detail, max_abs_diff}]
-    consumers: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = field(metadata=plain(dump=lambda s: round(s, 3)))
+    #: who loads the export, found by loading it
+    consumers: list[Consumer] = field(default_factory=list)
     #: the fusion_config written into config.json (None: none, original layout)
     written_fusion_config: dict[str, Any] | None = None
     #: family names were prefixed so that stock transformers refuses the export
@@ -58,24 +100,3 @@ class ExportResult:
     @property
     def total_bytes(self) -> int:
         return sum(size for _, size in self.files)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "out_dir": str(self.out_dir),
-            "layout": self.layout,
-            "source_layout": self.source_layout,
-            "fusion_config": self.fusion_config,
-            "files": [{"name": n, "bytes": b} for n, b in self.files],
-            "total_bytes": self.total_bytes,
-            "tensors": self.tensors,
-            "transformed": self.transformed,
-            "copied_files": self.copied_files,
-            "skipped_files": [{"name": n, "reason": r} for n, r in self.skipped_files],
-            "verification": {**asdict(self.verification), "summary": self.verification.summary()},
-            "replaced_existing": self.replaced_existing,
-            "seconds": round(self.seconds, 3),
-            "written_fusion_config": self.written_fusion_config,
-            "guarded": self.guarded,
-            "consumers": self.consumers,
-        }

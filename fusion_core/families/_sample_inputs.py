@@ -13,6 +13,8 @@ import inspect
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import one_line
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -76,8 +78,7 @@ def first_accepted(module: nn.Module, candidates: Iterable[tuple[str, Inputs]], 
             with torch.inference_mode():
                 module(*args, **kwargs)
         except Exception as e:  # a candidate the module does not accept: try the next
-            text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-            errors.append(f"{label}: {type(e).__name__}: {text}")
+            errors.append(f"{label}: {one_line(e, first=True, named=True, limit=200)}")
             continue
         return args, kwargs
     detail = "; ".join(errors) or "no candidate"

@@ -12,10 +12,11 @@ import copy
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..boundary.convert import plain
 from ..boundary.options import Workload
 
 __all__ = ["FusionSpec", "Option", "Verdict", "Workload", "fused_subclass", "validate_spec"]
@@ -51,7 +52,7 @@ class Option:
     a bool is never accepted for an int). ``choices`` restricts the values, when given.
     """
 
-    type: type
+    type: type = field(metadata=plain(dump=lambda t: t.__name__))  # its name as plain data
     default: Any
     help: str = ""
     choices: tuple[Any, ...] = ()
@@ -78,9 +79,6 @@ class Option:
         """``int, default 0: help`` (for tables and tooltips)."""
         kind = self.type.__name__ + (f" in {list(self.choices)}" if self.choices else "")
         return f"{kind}, default {self.default!r}" + (f": {self.help}" if self.help else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type.__name__, "default": self.default, "help": self.help, "choices": list(self.choices)}
 
 
 _configure_lock = threading.Lock()

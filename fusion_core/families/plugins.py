@@ -52,9 +52,6 @@ class PluginError:
     def __str__(self) -> str:
         return f"{self.origin}: {self.error}"
 
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "origin": self.origin, "error": self.error}
-
 
 _errors: list[PluginError] = []
 

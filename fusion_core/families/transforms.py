@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     import torch
@@ -23,6 +23,9 @@ Shape = tuple[int, ...]
 @dataclass(frozen=True)
 class KeyTransform:
     """Base: ``sources`` (original layout) <-> ``targets`` (fused layout)."""
+
+    #: the plain form (``to_plain``): the family, both ops, and the keys on each side
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = ("family", "op", "inverse_op", "sources", "targets")
 
     family: str
     sources: tuple[str, ...]
@@ -68,16 +71,6 @@ class KeyTransform:
     def describe(self) -> str:
         """One line for logs: ``op: sources -> targets``."""
         return f"{self.op}: {', '.join(self.sources)} -> {', '.join(self.targets)}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data: family, op, inverse op, source and target keys."""
-        return {
-            "family": self.family,
-            "op": self.op,
-            "inverse_op": self.inverse_op,
-            "sources": list(self.sources),
-            "targets": list(self.targets),
-        }
 
     def _check_count(self, items: Sequence[object], keys: tuple[str, ...]) -> None:
         if len(items) != len(keys):

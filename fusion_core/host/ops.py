@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ..boundary.options import CheckOptions, ExportOptions
-from ..export.result import ExportResult
-from ..model.cache import InspectionView, view_from_data
+from ..export.result import Consumer, ExportResult
 from ..plan.diff import PlanDiff
-from ..plan.view import PlanView
+from ..plan.view import InspectionView, PlanView, view_from_data
 from ..run.results import CheckResult
 from . import wire
 
@@ -131,8 +130,8 @@ class Op(Generic[P, R]):
         return f"Op({self.name!r})"
 
 
-# INTEGRATION (conv): until the converter structures InspectionView itself, the "open" answer
-# is the model cache's form, read by its own validator. Drop this table with that change.
+# results whose plain form is checked beyond its shape when read (the "open" answer is also
+# what the model cache stores: its discoveries must match its families)
 _FROM_PLAIN: dict[Any, Callable[[Any], Any]] = {InspectionView: view_from_data}
 
 OPEN: Op[OpenParams, InspectionView] = Op("open", OpenParams, InspectionView, long=True)
@@ -140,7 +139,7 @@ CHECK: Op[CheckParams, CheckResult] = Op("check", CheckParams, CheckResult, long
 EXPORT: Op[ExportParams, ExportResult] = Op("export", ExportParams, ExportResult, long=True)
 PLAN: Op[PlanParams, PlanView] = Op("plan", PlanParams, PlanView)
 DIFF: Op[PlanParams, PlanDiff] = Op("diff", PlanParams, PlanDiff)
-CONSUMERS: Op[ConsumersParams, list[dict[str, Any]]] = Op("consumers", ConsumersParams, list[dict[str, Any]])
+CONSUMERS: Op[ConsumersParams, list[Consumer]] = Op("consumers", ConsumersParams, list[Consumer])
 LISTS: Op[NoParams, ModelLists] = Op("lists", NoParams, ModelLists)
 DEVICES: Op[NoParams, list[str]] = Op("devices", NoParams, list[str])
 FAMILY_FILE: Op[FamilyFileParams, list[str]] = Op("family_file", FamilyFileParams, list[str])

@@ -254,7 +254,7 @@ class Host:
         insp.model_tensors()  # cached for the plans
         if source.checkpoint is not None:
             insp.key_matcher()  # transformers compiles ~1000 regexes for its key renamings: once, here
-        # INTEGRATION (conv): the InspectionView's plain data (the model cache's form; OPEN.decode reads it)
+        # the InspectionView's plain form: the answer, and what the model cache stores
         data = inspection_data(p.spec, insp)
         yield Progress(3, 4, "done")
         if p.cache and not p.restore and not self._family_files:

@@ -2,7 +2,10 @@
 
 The window paints a model it has seen before from this cache, before torch is imported
 (importing this module imports neither torch nor transformers), and then swaps in the
-live inspection. An entry is keyed by everything its content depends on:
+live inspection. An entry stores the plain form (:mod:`fusion_core.boundary.convert`) of
+the opened model's view, :class:`fusion_core.plan.view.InspectionView`, which is also the
+engine's answer to "open"; this module keys, writes and reads entries, the caller rebuilds
+the view (:func:`fusion_core.plan.view.cached_view`). An entry is keyed by everything its content depends on:
 
 * the model's config: the bytes of a folder's ``config.json``, the ``arch:`` type, or the
   demo's name and version (hub ids and folders with custom code are not cached);
@@ -12,7 +15,7 @@ live inspection. An entry is keyed by everything its content depends on:
 * the registered family plugins (entry point names, targets and distribution versions).
 
 A cache file is never trusted blindly: it is read only up to :data:`MAX_BYTES`, must be
-JSON of the exact expected structure and key, and is removed when it is not.
+JSON of the exact expected structure, version and key, and is removed when it is not.
 """
 
 from __future__ import annotations
@@ -22,92 +25,19 @@ import json
 import logging
 import os
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from .tree import ModuleNode, ModuleTree, TensorSpec, totals_and_signatures
-
+T = TypeVar("T")
 FORMAT = "fusion-inspector-inspection"
-VERSION = 2
-MAX_BYTES = 32 * 1024 * 1024  # a 200k-module tree is ~30 MB; anything larger is not ours
+VERSION = 3  # 3: the converter's plain form of InspectionView (2: positional rows)
+MAX_BYTES = 64 * 1024 * 1024  # a 200k-module tree is ~60 MB as keyed objects; anything larger is not ours
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_ENTRIES = 64
 # fusion_core.families.plugins.GROUP (not imported: the families import torch; a test keeps them equal)
 PLUGIN_GROUP = "fusion_inspector.families"
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CachedMatch:
-    """A module a family replaces (class names only: the classes are not imported)."""
-
-    path: str
-    class_name: str
-    fused_class_name: str
-    reason: str = ""
-    class_path: str = ""  # module.qualname of the original class
-
-
-@dataclass(frozen=True)
-class CachedRejection:
-    path: str
-    class_name: str
-    reason: str
-
-
-@dataclass
-class CachedDiscovery:
-    family: str
-    matches: list[CachedMatch] = field(default_factory=list)
-    rejected: list[CachedRejection] = field(default_factory=list)
-    empty_message: str = ""
-    #: modules that look like the family's target under other names ("not a candidate: ...")
-    near_misses: list[CachedRejection] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class FamilyInfo:
-    """A registered family as the window describes it (its spec is not imported)."""
-
-    name: str
-    description: str = ""
-    options: dict[str, str] = field(default_factory=dict)  # option -> what it accepts
-
-
-@dataclass
-class InspectionView:
-    """An opened model as plain data: what the window shows, from the cache or from the engine.
-
-    The window never holds the live :class:`fusion_core.Inspection` (the meta model lives in
-    the engine process, :mod:`fusion_core.host`); it holds this.
-    """
-
-    spec: str
-    name: str
-    model_class: str
-    tree: ModuleTree
-    families: list[str]  # the registered families, in registry order
-    discoveries: dict[str, CachedDiscovery]
-    describe: str = ""  # the source, one line (ModelSource.describe)
-    checkpoint_files: int = -1  # weight files; -1: no checkpoint (config only)
-    checkpoint_tensors: int = 0
-    folder: str = ""  # the model's folder (a local or cached source), else ""
-    notes: list[str] = field(default_factory=list)  # what resolving the source noted (ModelSource.notes)
-    family_info: dict[str, FamilyInfo] = field(default_factory=dict)
-
-    @property
-    def has_checkpoint(self) -> bool:
-        return self.checkpoint_files >= 0
-
-    def discovery(self, family: str) -> CachedDiscovery:
-        return self.discoveries.get(family) or CachedDiscovery(family)
-
-    def info(self, family: str) -> FamilyInfo:
-        return self.family_info.get(family) or FamilyInfo(family)
-
-
-CachedInspection = InspectionView  # the name this module had before the engine moved out of the GUI
 
 
 def cache_folder() -> Path:
@@ -180,70 +110,9 @@ def cache_key(spec: str) -> str | None:
 
 
 # writing ---------------------------------------------------------------------------------
-def _tensors(specs: list[TensorSpec]) -> list[list[Any]]:
-    return [[t.name, list(t.shape), t.dtype, t.tied_to] for t in specs]
-
-
-def _class_path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _rejections(items: Any) -> list[list[str]]:
-    return [[r.path, r.class_name, r.reason] for r in items]
-
-
-def to_data(spec: str, insp: Any, families: dict[str, FamilyInfo]) -> dict[str, Any]:
-    """Plain data of an opened model (``insp``: a :class:`fusion_core.Inspection`) for :func:`save`
-    and for the window (:func:`view_from_data`); ``families``: the registered ones, in order."""
-    nodes = [
-        [
-            n.path,
-            n.class_name,
-            n.class_qualname,
-            n.module_name,
-            n.kind,
-            _tensors(n.params),
-            _tensors(n.buffers),
-            n.own_params,
-            n.same_class_count,
-        ]
-        for n in insp.tree.root.walk()
-    ]
-    discoveries = {}
-    for name in families:
-        d = insp.discovery(name)
-        discoveries[name] = {
-            "matches": [
-                [m.path, m.original_class.__name__, m.fused_class.__name__, m.reason, _class_path(m.original_class)]
-                for m in d.matches
-            ],
-            "rejected": _rejections(d.rejected),
-            "near_misses": _rejections(d.near_misses),
-            "message": d.empty_message,
-        }
-    info = {name: {"description": f.description, "options": dict(f.options)} for name, f in families.items()}
-    ckpt = insp.source.checkpoint
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "spec": spec,
-        "name": insp.name,
-        "model_class": insp.source.model_class.__name__,
-        "nodes": nodes,
-        "families": list(families),
-        "discovery": discoveries,
-        "family_info": info,
-        "describe": insp.source.describe(),
-        "checkpoint_files": len(ckpt.files) if ckpt is not None else -1,
-        "checkpoint_tensors": len(ckpt.tensors) if ckpt is not None else 0,
-        "folder": str(insp.source.folder) if insp.source.folder is not None else "",
-        "notes": [str(n) for n in insp.source.notes],
-    }
-
-
-def save(spec: str, data: dict[str, Any]) -> Path | None:
-    """Store ``data`` (:func:`to_data`: the tree and every family's discovery) for ``spec``;
-    None if not cacheable.
+def save(spec: str, data: Any) -> Path | None:
+    """Store ``data`` (the plain form of the opened model's view:
+    :func:`fusion_core.plan.view.inspection_data`) for ``spec``; None if not cacheable.
 
     Written atomically (a temporary file, then renamed); the oldest entries beyond
     :data:`MAX_ENTRIES` are removed. Errors are logged, never raised: the cache is an
@@ -253,7 +122,8 @@ def save(spec: str, data: dict[str, Any]) -> Path | None:
     if key is None:
         return None
     try:
-        text = json.dumps({**data, "key": key}, separators=(",", ":")).encode()
+        entry = {"format": FORMAT, "version": VERSION, "key": key, "view": data}
+        text = json.dumps(entry, separators=(",", ":")).encode()
         if len(text) > MAX_BYTES:
             return None
         folder = cache_folder()
@@ -273,138 +143,28 @@ def save(spec: str, data: dict[str, Any]) -> Path | None:
 
 
 # reading ---------------------------------------------------------------------------------
-class _Invalid(ValueError):
-    pass
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise _Invalid(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _int(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise _Invalid(f"expected a count, got {value!r}")
-    return value
-
-
-def _list(value: Any, length: int | None = None) -> list[Any]:
-    if not isinstance(value, list) or (length is not None and len(value) != length):
-        raise _Invalid("expected a list" + (f" of {length}" if length is not None else ""))
-    return value
-
-
-def _tensor_specs(value: Any) -> list[TensorSpec]:
-    out = []
-    for item in _list(value):
-        name, shape, dtype, tied = _list(item, 4)
-        out.append(
-            TensorSpec(
-                _str(name), tuple(_int(d) for d in _list(shape)), _str(dtype), None if tied is None else _str(tied)
-            )
-        )
-    return out
-
-
-def _tree(nodes: Any) -> ModuleTree:
-    by_path: dict[str, ModuleNode] = {}
-    counts: dict[str, int] = {}
-    for item in _list(nodes):
-        path, cls, qualname, module_name, kind, params, buffers, own, same = _list(item, 9)
-        path = _str(path)
-        node = ModuleNode(
-            path=path,
-            name=path.rsplit(".", 1)[-1] if path else _str(cls),
-            class_name=_str(cls),
-            class_qualname=_str(qualname),
-            module_name=_str(module_name),
-            kind=_str(kind),
-            params=_tensor_specs(params),
-            buffers=_tensor_specs(buffers),
-            own_params=_int(own),
-            same_class_count=_int(same),
-        )
-        if path in by_path or (not by_path) != (path == ""):
-            raise _Invalid(f"node {path!r} out of order")
-        if path:
-            parent = by_path.get(path.rsplit(".", 1)[0] if "." in path else "")
-            if parent is None:
-                raise _Invalid(f"node {path!r} comes before its parent")
-            node.parent = parent
-            parent.children.append(node)
-        by_path[path] = node
-        counts[node.class_qualname] = node.same_class_count
-    if not by_path:
-        raise _Invalid("no nodes")
-    root = by_path[""]
-    totals_and_signatures(root)  # the folds of identical layers compare signatures
-    return ModuleTree(root, by_path, counts, 0.0)
-
-
-def _discovery(name: str, value: Any) -> CachedDiscovery:
-    if not isinstance(value, dict):
-        raise _Invalid("discovery must be an object")
-    matches = [CachedMatch(*(_str(x) for x in _list(m, 5))) for m in _list(value.get("matches"))]
-    rejected = [CachedRejection(*(_str(x) for x in _list(r, 3))) for r in _list(value.get("rejected"))]
-    near = [CachedRejection(*(_str(x) for x in _list(r, 3))) for r in _list(value.get("near_misses"))]
-    return CachedDiscovery(name, matches, rejected, _str(value.get("message")), near)
-
-
-def _family_info(name: str, value: Any) -> FamilyInfo:
-    if not isinstance(value, dict) or not isinstance(value.get("options"), dict):
-        raise _Invalid("family info must be an object with options")
-    return FamilyInfo(name, _str(value.get("description")), {_str(k): _str(v) for k, v in value["options"].items()})
-
-
-def view_from_data(data: Any) -> InspectionView:
-    """Validate and rebuild the plain data of :func:`to_data` (the engine's answer to "open").
-
-    Raises:
-        ValueError: anything that is not exactly that structure.
-    """
-    if not isinstance(data, dict):
-        raise _Invalid("an inspection must be an object")
-    families = [_str(f) for f in _list(data.get("families"))]
-    raw, info = data.get("discovery"), data.get("family_info")
-    if not isinstance(raw, dict) or set(raw) != set(families):
-        raise _Invalid("discovery does not match the families")
-    if not isinstance(info, dict) or set(info) != set(families):
-        raise _Invalid("family info does not match the families")
-    files = data.get("checkpoint_files")
-    if not isinstance(files, int) or isinstance(files, bool) or files < -1:
-        raise _Invalid(f"expected a file count, got {files!r}")
-    return InspectionView(
-        spec=_str(data.get("spec")),
-        name=_str(data.get("name")),
-        model_class=_str(data.get("model_class")),
-        tree=_tree(data.get("nodes")),
-        families=families,
-        discoveries={name: _discovery(name, raw[name]) for name in families},
-        describe=_str(data.get("describe")),
-        checkpoint_files=files,
-        checkpoint_tensors=_int(data.get("checkpoint_tensors")),
-        folder=_str(data.get("folder")),
-        notes=[_str(n) for n in _list(data.get("notes"))],
-        family_info={name: _family_info(name, info[name]) for name in families},
-    )
-
-
-def from_data(data: Any, key: str) -> InspectionView:
-    """Validate and rebuild an entry.
+def from_data(data: Any, key: str, read: Callable[[Any], T]) -> T:
+    """Validate an entry and rebuild what it stores with ``read`` (which validates that).
 
     Raises:
         ValueError: anything that is not exactly a version-:data:`VERSION` entry for ``key``.
     """
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
-        raise _Invalid("not a model cache entry of this version")
+        raise ValueError("not a model cache entry of this version")
     if data.get("key") != key:
-        raise _Invalid("entry for another key")
-    return view_from_data(data)
+        raise ValueError("entry for another key")
+    return read(data.get("view"))
 
 
-def load(spec: str) -> InspectionView | None:
-    """The cached entry of ``spec`` when there is a valid one for its current key, else None."""
+def load(spec: str, read: Callable[[Any], T]) -> T | None:
+    """The cached entry of ``spec`` when there is a valid one for its current key, else None.
+
+    Args:
+        spec: the model as the user named it.
+        read: rebuilds the stored plain data, raising ValueError when it is not valid
+            (:func:`fusion_core.plan.view.view_from_data`; :func:`fusion_core.plan.view.cached_view`
+            is this with it). An invalid entry is removed.
+    """
     key = cache_key(spec)
     if key is None:
         return None
@@ -416,9 +176,9 @@ def load(spec: str) -> InspectionView | None:
         return None
     try:
         if len(raw) > MAX_BYTES:
-            raise _Invalid("too large")
-        return from_data(json.loads(raw), key)
-    except (ValueError, TypeError, RecursionError) as e:  # JSONDecodeError and _Invalid are ValueErrors
+            raise ValueError("too large")
+        return from_data(json.loads(raw), key, read)
+    except (ValueError, TypeError, KeyError, RecursionError) as e:  # JSONDecodeError, PlainDataError
         log.warning("ignoring the invalid model cache entry %s: %s", path, e)
         path.unlink(missing_ok=True)
         return None

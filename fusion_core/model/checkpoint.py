@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, one_line
 from ..text import printable
 from .safety import DuplicateKeyError, open_regular, read_regular_file, strict_json_loads
 
@@ -186,7 +186,7 @@ def read_header(path: str | os.PathLike[str], relative_name: str | None = None) 
     except DuplicateKeyError as e:
         raise _fail(path, f"header names tensor {e.key!r} twice: corrupt or hostile file") from None
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e).splitlines()[0][:200]
+        reason = "nested too deeply" if isinstance(e, RecursionError) else one_line(e, first=True, limit=200)
         raise _fail(path, f"header is not valid JSON ({reason}): corrupt file") from None
     if not isinstance(header, dict):
         raise _fail(path, f"header is a JSON {type(header).__name__}, not an object: corrupt file")
@@ -374,7 +374,7 @@ def _read_weight_map(index_path: Path) -> dict[str, str]:
     try:
         data = strict_json_loads(raw)
     except (ValueError, RecursionError) as e:
-        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e).splitlines()[0][:200]
+        reason = "nested too deeply" if isinstance(e, RecursionError) else one_line(e, first=True, limit=200)
         raise CheckpointError(f"{index_path}: not valid JSON ({reason})") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, Mapping) or not all(isinstance(v, str) for v in weight_map.values()):

@@ -39,7 +39,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, ConfigError, ModelSourceError, RemoteCodeError, UnsafeModelError
+from ..errors import CheckpointError, ConfigError, ModelSourceError, RemoteCodeError, UnsafeModelError, one_line
 from .checkpoint import CheckpointIndex, read_index, safe_member
 from .classes import model_class_for, resolve_model_class
 from .limits import GENERATION_CONFIG, check_config_costs, side_file_limit
@@ -241,12 +241,9 @@ def config_from_dict(
     try:
         return CONFIG_MAPPING[model_type].from_dict(data)
     except Exception as e:  # config classes raise many types on bad values
-        raise ConfigError(f"{where}: config values rejected by {model_type!r}: {_first_line(e)}") from e
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else type(e).__name__)[:300]
+        raise ConfigError(
+            f"{where}: config values rejected by {model_type!r}: {one_line(e, first=True, limit=300)}"
+        ) from e
 
 
 def _from_arch(spec: str, model_type: str, model_class: str | None) -> ModelSource:
@@ -408,7 +405,7 @@ def _from_hub(repo_id: str, trust: bool, model_class: str | None) -> ModelSource
         try:
             folder = Path(hf_hub_download(repo_id, CONFIG_FILE)).parent
         except Exception as e:
-            reason = _first_line(e).split(". ")[0][:200]
+            reason = one_line(e, first=True, limit=300).split(". ")[0][:200]
             raise ModelSourceError(
                 f"{repo_id}: not in the local Hugging Face cache, and config.json could not be downloaded "
                 f"({type(e).__name__}: {reason}); check the name and the connection"

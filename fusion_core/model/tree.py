@@ -1,12 +1,13 @@
-"""The meta-initialized module tree as plain data (no tensors, no Qt)."""
+"""The meta-initialized module tree as plain data (no tensors, no Qt; :func:`tree_plain` is its JSON)."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..boundary.convert import PlainDataError, converter, from_plain, plain, to_plain
 from ..errors import FusionError, ModelSourceError
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class TensorSpec:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    tied_to: str | None = None
+    tied_to: str | None = field(default=None, metadata=plain(omit_if_default=True))
 
     @property
     def numel(self) -> int:
@@ -44,9 +45,14 @@ class TensorSpec:
 class ModuleNode:
     """One module of the tree. ``path`` is the dotted name ('' for the root)."""
 
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "path", "name", "class_name", "class_qualname", "module_name", "kind", "params", "buffers", "own_params",
+        "total_params", "same_class_count", "children",
+    )  # fmt: skip
+
     path: str
     name: str
-    class_name: str
+    class_name: str = field(metadata=plain("class"))
     class_qualname: str
     module_name: str  # the Python module that defines the class
     kind: str
@@ -75,38 +81,6 @@ class ModuleNode:
             yield node
             stack.extend(reversed(node.children))
 
-    def to_dict(self, depth: int | None = None) -> dict[str, Any]:
-        """Plain data for JSON (``fusion-core tree --json``, see docs/cli-json.md).
-
-        Args:
-            depth: levels of children to include below this node (None: all). A node
-                whose children are cut off has ``"children": null`` (unknown), a leaf ``[]``.
-        """
-        data: dict[str, Any] = {
-            "path": self.path,
-            "name": self.name,
-            "class": self.class_name,
-            "class_qualname": self.class_qualname,
-            "kind": self.kind,
-            "params": [_tensor_dict(p) for p in self.params],
-            "buffers": [_tensor_dict(b) for b in self.buffers],
-            "own_params": self.own_params,
-            "total_params": self.total_params,
-            "same_class_count": self.same_class_count,
-        }
-        if depth is None or depth > 0:
-            data["children"] = [c.to_dict(None if depth is None else depth - 1) for c in self.children]
-        else:
-            data["children"] = None if self.children else []
-        return data
-
-
-def _tensor_dict(t: TensorSpec) -> dict[str, Any]:
-    data: dict[str, Any] = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
-    if t.tied_to is not None:
-        data["tied_to"] = t.tied_to
-    return data
-
 
 @dataclass
 class ModuleTree:
@@ -123,6 +97,59 @@ class ModuleTree:
 
     def __len__(self) -> int:
         return len(self.by_path)
+
+
+def tree_plain(node: ModuleNode, depth: int | None = None) -> dict[str, Any]:
+    """The plain form of ``node`` and its subtree (``fusion-core tree --json``, docs/cli-json.md).
+
+    Args:
+        node: the top of the subtree.
+        depth: levels of children to include below ``node`` (None: all). A node whose
+            children are cut off has ``"children": null`` (unknown), a leaf ``[]``.
+    """
+    data: dict[str, Any] = to_plain(node)
+    if depth is not None:
+        _cut(data, depth)
+    return data
+
+
+def _cut(data: dict[str, Any], depth: int) -> None:
+    if depth > 0:
+        for child in data["children"]:
+            _cut(child, depth - 1)
+    else:
+        data["children"] = None if data["children"] else []
+
+
+def _tree_plain(tree: ModuleTree) -> dict[str, Any]:
+    return {"root": to_plain(tree.root)}
+
+
+def _tree_structure(data: Any, _: Any) -> ModuleTree:
+    """A tree from its plain form (the model cache, the engine's answer to "open"): parents,
+    the index by path, class counts, totals and signatures are rebuilt, never read."""
+    if not isinstance(data, dict) or "root" not in data:
+        raise PlainDataError("a module tree is an object with its root")
+    root = from_plain(ModuleNode, data["root"])
+    if root.path:
+        raise PlainDataError(f"the root of a module tree has path '', not {root.path!r:.80}")
+    by_path: dict[str, ModuleNode] = {}
+    counts: dict[str, int] = {}
+    for node in root.walk():
+        if node.path in by_path:
+            raise PlainDataError(f"module {node.path!r:.80} appears twice")
+        for child in node.children:
+            if child.path.rpartition(".")[0] != node.path or not child.path:
+                raise PlainDataError(f"module {child.path!r:.80} is not a child of {node.path!r:.80}")
+            child.parent = node
+        by_path[node.path] = node
+        counts[node.class_qualname] = node.same_class_count
+    totals_and_signatures(root)  # the folds of identical layers compare signatures
+    return ModuleTree(root, by_path, counts, 0.0)
+
+
+converter.register_unstructure_hook(ModuleTree, _tree_plain)
+converter.register_structure_hook(ModuleTree, _tree_structure)
 
 
 def build_meta_model(source: ModelSource) -> nn.Module:

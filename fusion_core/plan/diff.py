@@ -20,7 +20,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..boundary.convert import converter, from_plain, plain, to_plain
 
 if TYPE_CHECKING:
     from torch import nn
@@ -31,57 +33,49 @@ Shape = tuple[int, ...]
 KINDS = ("removed", "added", "renamed", "reshaped")
 
 
+def _none_if_empty(key: str) -> str | None:
+    return key or None
+
+
+def _empty_if_none(key: str | None) -> str | None:
+    return "" if key is None else key
+
+
+_NONE_IF_EMPTY = plain(dump=_none_if_empty, load=_empty_if_none)  # a key that is absent is null as plain data
+
+
 @dataclass(frozen=True)
 class KeyChange:
     """One state-dict key that differs between the original and the fused model."""
 
-    kind: str  # one of KINDS
+    kind: str = field(metadata=plain("change"))  # one of KINDS
     module: str  # the matched module the key belongs to ("" if none)
     family: str  # the family whose transform explains it ("" if none does)
     op: str  # the transform's op ("concat", "reshape"...; "" if none)
-    key: str = ""  # original key ("" for added)
+    key: str = field(default="", metadata=_NONE_IF_EMPTY)  # original key ("" for added; null as plain data)
     shape: Shape | None = None
-    new_key: str = ""  # fused key ("" for removed)
-    new_shape: Shape | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "change": self.kind,
-            "module": self.module,
-            "family": self.family,
-            "op": self.op,
-            "key": self.key or None,
-            "shape": list(self.shape) if self.shape is not None else None,
-            "fused_key": self.new_key or None,
-            "fused_shape": list(self.new_shape) if self.new_shape is not None else None,
-        }
+    new_key: str = field(default="", metadata=plain("fused_key", dump=_none_if_empty, load=_empty_if_none))
+    new_shape: Shape | None = field(default=None, metadata=plain("fused_shape"))
 
 
 @dataclass(frozen=True)
 class ModuleDiff:
     """One matched module: its class and parameter count before and after fusing."""
 
-    path: str
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "path", "family", "original_class", "fused_class", "original_params", "fused_params", "params_equal",
+    )  # fmt: skip
+
+    path: str = field(metadata=plain("module"))
     family: str
-    original_class: str
+    original_class: str = field(metadata=plain("class"))
     fused_class: str
-    original_params: int
+    original_params: int = field(metadata=plain("params"))
     fused_params: int
 
     @property
     def params_equal(self) -> bool:
         return self.original_params == self.fused_params
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "module": self.path,
-            "family": self.family,
-            "class": self.original_class,
-            "fused_class": self.fused_class,
-            "params": self.original_params,
-            "fused_params": self.fused_params,
-            "params_equal": self.params_equal,
-        }
 
 
 @dataclass
@@ -98,7 +92,7 @@ class PlanDiff:
     unchanged_keys: int
     original_params: int
     fused_params: int
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, compare=False)  # measured; not in the plain form
     messages: list[str] = field(default_factory=list)
 
     @property
@@ -126,29 +120,52 @@ class PlanDiff:
             rows[k] = rows.get(k, 0) + 1
         return [{"class": o, "fused_class": f, "family": fam, "instances": n} for (o, f, fam), n in rows.items()]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The ``fusion-core diff --json`` document (docs/cli-json.md, section "diff")."""
-        return {
-            "schema_version": 1,
-            "model": self.model,
-            "model_class": self.model_class,
-            "fusion_config": self.fusion_config,
-            "summary": {
-                "modules": len(self.modules),
-                "original_keys": self.original_keys,
-                "fused_keys": self.fused_keys,
-                "unchanged_keys": self.unchanged_keys,
-                **self.counts(),
-                "unexplained": len(self.unexplained),
-                "original_params": self.original_params,
-                "fused_params": self.fused_params,
-                "params_equal": self.params_equal,
-            },
-            "classes": self.classes(),
-            "modules": [m.to_dict() for m in self.modules],
-            "keys": [c.to_dict() for c in self.keys],
-            "messages": list(self.messages),
-        }
+
+_SUMMARY = ("original_keys", "fused_keys", "unchanged_keys", "original_params", "fused_params")
+
+
+def _diff_plain(diff: PlanDiff) -> dict[str, Any]:
+    """The plain form of a diff: the ``fusion-core diff --json`` document (docs/cli-json.md, "diff")."""
+    return {
+        "schema_version": 1,
+        "model": diff.model,
+        "model_class": diff.model_class,
+        "fusion_config": diff.fusion_config,
+        "summary": {
+            "modules": len(diff.modules),
+            "original_keys": diff.original_keys,
+            "fused_keys": diff.fused_keys,
+            "unchanged_keys": diff.unchanged_keys,
+            **diff.counts(),
+            "unexplained": len(diff.unexplained),
+            "original_params": diff.original_params,
+            "fused_params": diff.fused_params,
+            "params_equal": diff.params_equal,
+        },
+        "classes": diff.classes(),
+        "modules": to_plain(diff.modules),
+        "keys": to_plain(diff.keys),
+        "messages": list(diff.messages),
+    }
+
+
+def _diff_structure(data: Any, _: Any) -> PlanDiff:
+    """A :class:`PlanDiff` from its plain form (the window receives it so); the summary's counts
+    that are computed are not read."""
+    summary = data["summary"]
+    return PlanDiff(
+        model=from_plain(str, data["model"]),
+        model_class=from_plain(str, data["model_class"]),
+        fusion_config=from_plain(dict[str, Any], data["fusion_config"]),
+        modules=from_plain(list[ModuleDiff], data["modules"]),
+        keys=from_plain(list[KeyChange], data["keys"]),
+        **{k: from_plain(int, summary[k]) for k in _SUMMARY},
+        messages=from_plain(list[str], data.get("messages", [])),
+    )
+
+
+converter.register_unstructure_hook(PlanDiff, _diff_plain)
+converter.register_structure_hook(PlanDiff, _diff_structure)
 
 
 def _shapes(model: nn.Module) -> dict[str, Shape]:

@@ -1,5 +1,9 @@
 """Discovery: which modules of a meta-initialized model a family would replace, and why not.
 
+The result types (:class:`Match`, :class:`Rejection`, :class:`Discovery`) are also what the
+window shows and the model cache keeps: importing this module imports neither torch nor
+transformers.
+
 Like the reference mechanism, fusion is class-level (one compatible class -> one fused
 class), but unlike it *every* instance of a class is checked: one non-fusable instance
 keeps the whole class unpatched, and the reason names that instance. Results are cached
@@ -14,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..boundary.convert import plain
+
 if TYPE_CHECKING:
     from torch import nn
     from transformers import PretrainedConfig
@@ -24,44 +30,47 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Match:
-    """A module the family replaces."""
+    """A module the family replaces.
 
-    path: str
-    original_class: type
-    fused_class: type
+    In the engine it also holds both classes (:meth:`of`); as plain data (the window, the
+    model cache, the CLI's JSON) only their names, and the classes are None.
+    """
+
+    path: str = field(metadata=plain("module"))
+    class_name: str = field(metadata=plain("class"))
+    fused_class_name: str = field(metadata=plain("fused_class"))
     reason: str = ""
+    class_path: str = ""  # module.qualname of the original class
+    original_class: type | None = field(default=None, repr=False, compare=False, metadata=plain(omit=True))
+    fused_class: type | None = field(default=None, repr=False, compare=False, metadata=plain(omit=True))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "module": self.path,
-            "class": self.original_class.__name__,
-            "fused_class": self.fused_class.__name__,
-            "reason": self.reason,
-        }
+    @classmethod
+    def of(cls, path: str, original: type, fused: type, reason: str = "") -> Match:
+        """The match of ``path``, whose class ``original`` becomes ``fused``."""
+        qualname = f"{original.__module__}.{original.__qualname__}"
+        return cls(path, original.__name__, fused.__name__, reason, qualname, original, fused)
 
 
 @dataclass(frozen=True)
 class Rejection:
     """A candidate the family does not replace, with the reason."""
 
-    path: str
-    class_name: str
+    path: str = field(metadata=plain("module"))
+    class_name: str = field(metadata=plain("class"))
     reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"module": self.path, "class": self.class_name, "reason": self.reason}
 
 
 @dataclass
 class Discovery:
-    """The result of scanning one model for one family."""
+    """The result of scanning one model for one family (the window gets it as plain data,
+    without the key transforms)."""
 
     family: str
-    model_name: str
+    model_name: str = ""
     matches: list[Match] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
-    transforms: list[KeyTransform] = field(default_factory=list)
-    empty_message: str = ""
+    transforms: list[KeyTransform] = field(default_factory=list, compare=False, metadata=plain(omit=True))
+    empty_message: str = field(default="", metadata=plain("message"))
     #: modules that look like the family's target under other names, not candidates
     #: (reason ``not a candidate: ...``; see :meth:`FusionSpec.near_miss`)
     near_misses: list[Rejection] = field(default_factory=list)
@@ -70,7 +79,8 @@ class Discovery:
 
     @property
     def patch_mapping(self) -> dict[type, type]:
-        return {m.original_class: m.fused_class for m in self.matches}
+        """Original class -> fused class (the engine's discovery; empty as plain data)."""
+        return {m.original_class: m.fused_class for m in self.matches if m.original_class and m.fused_class}
 
     @property
     def matched_paths(self) -> list[str]:
@@ -184,7 +194,7 @@ def _scan(
         if not bad:
             fused = spec.fused_class(cls)
             for path, module, verdict in items:
-                matches.append(Match(path, cls, fused, verdict.reason))
+                matches.append(Match.of(path, cls, fused, verdict.reason))
                 modules[path] = module
             continue
         bad_path, bad_verdict = bad[0]

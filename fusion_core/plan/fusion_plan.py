@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..boundary.convert import converter, to_plain
 from ..errors import FamilyConflictError, ModelSourceError, UsageError
 from ..families import REGISTRY
 from .discovery import Discovery, discover
@@ -108,17 +109,6 @@ class FamilyPlan:
         """Every option of the family with the value it runs with (defaults filled in)."""
         return dict(self.discovery.options)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = self.discovery
-        return {
-            "name": self.name,
-            "options": self.effective_options,
-            "matches": [m.to_dict() for m in d.matches],
-            "rejected": [r.to_dict() for r in d.rejected],
-            "near_misses": [r.to_dict() for r in d.near_misses],
-            "message": d.empty_message,
-        }
-
 
 @dataclass
 class FusionPlan:
@@ -192,27 +182,42 @@ class FusionPlan:
                 out[key] = tuple(dst)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        """Stable JSON data (``fusion-core plan --json``; schema in docs/cli-json.md)."""
-        mapping = self.patch_mapping
-        names = _class_names(mapping)
-        return {
-            "schema_version": 1,
-            "model": self.model,
-            "model_class": self.model_class,
-            "fusion_config": self.fusion_config,
-            "families": [f.to_dict() for f in self.families],
-            "patch_mapping": {names[o]: f.__name__ for o, f in mapping.items()},
-            "patch_mapping_modules": {
-                names[o]: [m.path for fam in self.families for m in fam.discovery.matches if m.original_class is o]
-                for o in mapping
-            },
-            "has_checkpoint": self.has_checkpoint,
-            "checkpoint_layout": self.layout,
-            "transforms": self.rows("load"),
-            "reverse_transforms": self.rows("save"),
-            "messages": self.messages,
-        }
+
+def _family_plain(fam: FamilyPlan) -> dict[str, Any]:
+    """One family of ``fusion-core plan --json``: its effective options and its discovery."""
+    d = to_plain(fam.discovery)
+    return {"name": fam.name, "options": fam.effective_options, **{k: d[k] for k in _DISCOVERY_KEYS}}
+
+
+_DISCOVERY_KEYS = ("matches", "rejected", "near_misses", "message")
+
+
+def _plan_plain(plan: FusionPlan) -> dict[str, Any]:
+    """The plain form of a plan: the ``fusion-core plan --json`` document (docs/cli-json.md)."""
+    mapping = plan.patch_mapping
+    names = _class_names(mapping)
+    return {
+        "schema_version": 1,
+        "model": plan.model,
+        "model_class": plan.model_class,
+        "fusion_config": plan.fusion_config,
+        "families": [_family_plain(f) for f in plan.families],
+        "patch_mapping": {names[o]: f.__name__ for o, f in mapping.items()},
+        "patch_mapping_modules": {
+            names[o]: [m.path for fam in plan.families for m in fam.discovery.matches if m.original_class is o]
+            for o in mapping
+        },
+        "has_checkpoint": plan.has_checkpoint,
+        "checkpoint_layout": plan.layout,
+        "transforms": to_plain(plan.rows("load")),
+        "reverse_transforms": to_plain(plan.rows("save")),
+        "messages": plan.messages,
+    }
+
+
+# a plan holds classes, the spec and the meta model: its plain form is computed, never read back
+converter.register_unstructure_hook(FamilyPlan, _family_plain)
+converter.register_unstructure_hook(FusionPlan, _plan_plain)
 
 
 def _class_names(mapping: Mapping[type, type]) -> dict[type, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckError
+from ..errors import CheckError, one_line
 from .inputs import candidate_inputs
 from .results import tensors_of
 
@@ -84,7 +84,7 @@ def capture_and_run(
                 with torch.inference_mode():
                     output = entry(**inputs.kwargs)
             except Exception as e:  # a candidate the model does not accept: try the next
-                errors.append(f"{inputs.kind} inputs: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                errors.append(f"{inputs.kind} inputs: {one_line(e, first=True, named=True)}")
                 continue
             inputs.calls = dict(calls)
             return inputs, dict(captured), output

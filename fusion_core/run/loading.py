@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, LoadError, UsageError
+from ..errors import CheckpointError, LoadError, UsageError, one_line
 from ..plan.layout import check_layout, check_shapes, listed
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 
@@ -203,7 +203,7 @@ def from_pretrained(
     except (OSError, RuntimeError, ValueError, KeyError) as e:
         if isinstance(e, CheckpointError):
             raise
-        raise LoadError(f"{where}: transformers could not load the checkpoint: {_first_line(e)}") from e
+        raise LoadError(f"{where}: transformers could not load the checkpoint: {one_line(e, first=True)}") from e
     problems = []
     if info.get("missing_keys"):
         problems.append(f"missing keys (would be randomly initialized): {listed(list(info['missing_keys']))}")
@@ -217,11 +217,6 @@ def from_pretrained(
     if problems:
         raise LoadError(f"{where}: {cls.__name__}: " + "; ".join(problems))
     return model
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 POLLUTED = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
+from ..errors import one_line
 from .inputs import ModelInputs, entry_module
 
 if TYPE_CHECKING:
@@ -34,8 +35,8 @@ def processor_inputs(
     try:
         kwargs = _encode(folder, image, prompt, has_proc)
     except Exception as e:  # any processor failure: synthetic inputs, and say why
-        text = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        return None, [f"the checkpoint's {wanted} failed ({type(e).__name__}: {text}): synthetic inputs instead"]
+        why = one_line(e, first=True, named=True, limit=200)
+        return None, [f"the checkpoint's {wanted} failed ({why}): synthetic inputs instead"]
     entry_path = entry_module(model, [])
     entry = model.get_submodule(entry_path) if entry_path else model
     params = inspect.signature(entry.forward).parameters

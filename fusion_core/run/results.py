@@ -1,11 +1,14 @@
 """Check results: comparisons, timings, per-module and end-to-end records, and the
-tolerances by dtype. Plain data with ``to_dict()`` for JSON (the CLI's ``--json``, the GUI)."""
+tolerances by dtype. Plain data: :func:`fusion_core.boundary.convert.to_plain` gives their JSON
+(the CLI's ``--json``, the wire to the window); ``PLAIN_KEYS`` is each documented shape."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
+from ..boundary.convert import plain
 from ..errors import CheckError
 
 # (atol, rtol): pass when max |fused - original| <= atol + rtol * max |original|.
@@ -18,12 +21,22 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "bfloat16": (1e-2, 2e-2),
     "float16": (1e-3, 4e-3),
 }
+MODEL_ENTRY = "(model)"  # the plain form of EndToEndCheck.entry "" (the model itself)
 _MAIN_OUTPUTS = ("logits", "last_hidden_state", "logits_per_video", "logits_per_image", "pooler_output")
+
+
+def _round(digits: int) -> Callable[[float | None], float | None]:
+    """A dump hook: the documented JSON rounds measured numbers (None stays None)."""
+    return lambda x: None if x is None else round(x, digits)
 
 
 @dataclass
 class Comparison:
     """Fused vs original outputs, against the tolerance of the dtype."""
+
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "max_abs_diff", "max_rel_diff", "atol", "rtol", "shape", "max_original", "limit", "passed", "note",
+    )  # fmt: skip
 
     max_abs_diff: float
     max_rel_diff: float  # max |diff| / max |original|
@@ -43,19 +56,6 @@ class Comparison:
         # NaN compares False: a NaN difference fails
         return self.max_abs_diff <= self.limit
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "max_abs_diff": self.max_abs_diff,
-            "max_rel_diff": self.max_rel_diff,
-            "atol": self.atol,
-            "rtol": self.rtol,
-            "shape": self.shape,
-            "max_original": self.max_original,
-            "limit": self.limit,
-            "passed": self.passed,
-            "note": self.note,
-        }
-
 
 @dataclass
 class Timing:
@@ -67,12 +67,17 @@ class Timing:
     the interval holds 1.0.
     """
 
-    original_ms: float
-    fused_ms: float
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "original_ms", "fused_ms", "speedup", "speedup_low", "speedup_high", "verdict", "repeats", "noisy",
+        "original_peak_mb", "fused_peak_mb",
+    )  # fmt: skip
+
+    original_ms: float = field(metadata=plain(dump=_round(4)))
+    fused_ms: float = field(metadata=plain(dump=_round(4)))
     repeats: int
-    speedup: float = float("nan")
-    speedup_low: float = float("nan")
-    speedup_high: float = float("nan")
+    speedup: float = field(default=float("nan"), metadata=plain(dump=_round(3)))
+    speedup_low: float = field(default=float("nan"), metadata=plain(dump=_round(3)))
+    speedup_high: float = field(default=float("nan"), metadata=plain(dump=_round(3)))
     original_peak_mb: float | None = None  # peak memory of one run (CUDA: allocator peak; CPU: None)
     fused_peak_mb: float | None = None
     noisy: bool = False  # the interval stayed wide when the time budget ran out
@@ -99,26 +104,17 @@ class Timing:
         """``1.52x [1.40, 1.66]``: the ratio with its interval, as the CLI and GUI print it."""
         return f"{self.speedup:.2f}x [{self.speedup_low:.2f}, {self.speedup_high:.2f}]"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "original_ms": round(self.original_ms, 4),
-            "fused_ms": round(self.fused_ms, 4),
-            "speedup": round(self.speedup, 3),
-            "speedup_low": round(self.speedup_low, 3),
-            "speedup_high": round(self.speedup_high, 3),
-            "verdict": self.verdict,
-            "repeats": self.repeats,
-            "noisy": self.noisy,
-            "original_peak_mb": self.original_peak_mb,
-            "fused_peak_mb": self.fused_peak_mb,
-        }
-
 
 @dataclass
 class ModuleCheck:
     """One fused module vs its original, on the inputs captured in the original run."""
 
-    path: str
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "path", "family", "original_class", "fused_class", "input_shapes", "comparison", "timing", "passed", "error",
+        "verified_by", "share_of_end_to_end",
+    )  # fmt: skip
+
+    path: str = field(metadata=plain("module"))
     family: str
     original_class: str
     fused_class: str
@@ -127,26 +123,13 @@ class ModuleCheck:
     timing: Timing | None = None
     error: str = ""
     verified_by: str = ""  # "end-to-end inputs" | "module sample inputs" | "" (not verified)
-    share_of_end_to_end: float | None = None  # its share of the original model's end-to-end time
+    share_of_end_to_end: float | None = field(
+        default=None, metadata=plain(dump=_round(4))
+    )  # its share of the original model's end-to-end time
 
     @property
     def passed(self) -> bool:
         return not self.error and self.comparison is not None and self.comparison.passed
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "module": self.path,
-            "family": self.family,
-            "original_class": self.original_class,
-            "fused_class": self.fused_class,
-            "input_shapes": self.input_shapes,
-            "comparison": self.comparison.to_dict() if self.comparison else None,
-            "timing": self.timing.to_dict() if self.timing else None,
-            "passed": self.passed,
-            "error": self.error,
-            "verified_by": self.verified_by,
-            "share_of_end_to_end": None if self.share_of_end_to_end is None else round(self.share_of_end_to_end, 4),
-        }
 
 
 @dataclass
@@ -157,7 +140,13 @@ class EndToEndCheck:
     are then verified on their own sample inputs and the check does not fail for it.
     """
 
-    entry: str
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "entry", "output", "input_kind", "input_shapes", "comparison", "timing", "passed", "ran", "skipped",
+        "projected_speedup", "notes",
+    )  # fmt: skip
+
+    #: "" is the model itself, "(model)" in its plain form
+    entry: str = field(metadata=plain(dump=lambda e: e or MODEL_ENTRY, load=lambda e: "" if e == MODEL_ENTRY else e))
     output: str
     input_kind: str
     input_shapes: dict[str, list[int]]
@@ -165,7 +154,9 @@ class EndToEndCheck:
     timing: Timing | None
     notes: list[str] = field(default_factory=list)
     skipped: str = ""
-    projected_speedup: float | None = None  # from module speedups and shares (Amdahl)
+    projected_speedup: float | None = field(
+        default=None, metadata=plain(dump=_round(3))
+    )  # from module speedups and shares (Amdahl)
 
     @property
     def ran(self) -> bool:
@@ -174,21 +165,6 @@ class EndToEndCheck:
     @property
     def passed(self) -> bool:
         return not self.ran or self.comparison.passed  # type: ignore[union-attr]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "entry": self.entry or "(model)",
-            "output": self.output,
-            "input_kind": self.input_kind,
-            "input_shapes": self.input_shapes,
-            "comparison": self.comparison.to_dict() if self.comparison else None,
-            "timing": self.timing.to_dict() if self.timing else None,
-            "passed": self.passed,
-            "ran": self.ran,
-            "skipped": self.skipped,
-            "projected_speedup": None if self.projected_speedup is None else round(self.projected_speedup, 3),
-            "notes": self.notes,
-        }
 
 
 @dataclass
@@ -208,9 +184,6 @@ class FamilyVerdict:
     projected_end_to_end: float | None = None
     line: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class UpstreamFamily:
@@ -220,13 +193,16 @@ class UpstreamFamily:
     status: str
     detail: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class UpstreamReport:
-    """What transformers' own fusion did with this checkpoint."""
+    """What transformers' own fusion did with this checkpoint (also the upstream child's answer)."""
+
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "available", "ran", "transformers_version", "error", "missing_keys", "unexpected_keys", "mismatched_keys",
+        "module_classes", "max_abs_diff", "ours_max_abs_diff", "within_tolerance", "leak", "leak_detail", "seconds",
+        "summary", "families", "matches_ours",
+    )  # fmt: skip
 
     available: bool
     ran: bool = False
@@ -261,15 +237,16 @@ class UpstreamReport:
             and all(c.startswith("Fused") for c in self.module_classes.values())
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["matches_ours"] = self.matches_ours
-        return data
-
 
 @dataclass
 class CheckResult:
     """Everything a check measured; ``passed`` covers our checks only (not upstream)."""
+
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "model", "model_class", "fusion_config", "dtype", "device", "repeats", "seed", "tolerance", "passed",
+        "nothing_to_fuse", "modules", "end_to_end", "upstream", "load", "messages", "seconds", "workload",
+        "modules_only", "family_verdicts", "warnings",
+    )  # fmt: skip
 
     model: str
     model_class: str
@@ -285,7 +262,7 @@ class CheckResult:
     load: dict[str, Any] | None = None
     nothing_to_fuse: bool = False
     messages: list[str] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=plain(dump=_round(3)))
     workload: dict[str, Any] = field(default_factory=dict)  # the sizes it ran at (Workload, resolved)
     family_verdicts: list[FamilyVerdict] = field(default_factory=list)
     modules_only: bool = False
@@ -309,30 +286,6 @@ class CheckResult:
         """The end-to-end speed verdict ("faster", "slower", "same"), or "" when not timed."""
         e = self.end_to_end
         return e.timing.verdict if e is not None and e.timing is not None and e.ran else ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "model_class": self.model_class,
-            "fusion_config": self.fusion_config,
-            "dtype": self.dtype,
-            "device": self.device,
-            "repeats": self.repeats,
-            "seed": self.seed,
-            "tolerance": self.tolerance,
-            "passed": self.passed,
-            "nothing_to_fuse": self.nothing_to_fuse,
-            "modules": [m.to_dict() for m in self.modules],
-            "end_to_end": self.end_to_end.to_dict() if self.end_to_end else None,
-            "upstream": self.upstream.to_dict() if self.upstream else None,
-            "load": self.load,
-            "messages": self.messages,
-            "seconds": round(self.seconds, 3),
-            "workload": self.workload,
-            "modules_only": self.modules_only,
-            "family_verdicts": [f.to_dict() for f in self.family_verdicts],
-            "warnings": self.warnings,
-        }
 
 
 def compare(original: Any, fused: Any, dtype: str) -> Comparison:

@@ -3,8 +3,9 @@
 transformers (5.24.0 and later) can fuse at load time itself (``from_pretrained(...,
 fusion_config=...)``). Its registries are process-wide and never cleared (DESIGN.md,
 "Known upstream defects"), so it runs here in a **separate process**: this module, run as
-``python -m fusion_core.run.upstream``, reads one JSON request on stdin and writes one JSON
-line on stdout. The worker loads the original model our way (never fused), captures the
+``python -m fusion_core.run.upstream``, reads one JSON request on stdin and writes one marked
+line on stdout: the plain form of its :class:`~fusion_core.run.results.UpstreamReport`
+(:mod:`fusion_core.boundary.convert`), which the parent reads back as that type. The worker loads the original model our way (never fused), captures the
 same synthetic inputs as the check, loads the upstream fused model, compares, and then
 loads the checkpoint plainly once more in the same process to see whether the upstream
 fusion leaked into it.
@@ -19,15 +20,17 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..boundary.convert import from_plain, to_plain
+from ..boundary.options import Workload
+from ..errors import one_line
 from .isolated import run_isolated
 from .results import CheckResult, UpstreamFamily, UpstreamReport
 
 if TYPE_CHECKING:
-    from ..families.base import Workload
     from ..model.sources import ModelSource
     from ..plan.fusion_plan import FusionPlan
 
@@ -99,11 +102,11 @@ def run_upstream(
         "seed": seed,
         "paths": paths,
         "trust_remote_code": source.trust_remote_code,
-        "workload": asdict(workload) if workload is not None else None,
+        "workload": to_plain(workload) if workload is not None else None,
     }
     t0 = time.perf_counter()
-    report = UpstreamReport(available=True, transformers_version=version)
-    report.error = _run_worker(request, report)
+    report = _run_worker(request)
+    report.available, report.transformers_version = True, version
     report.seconds = time.perf_counter() - t0
     if ours is not None and ours.end_to_end is not None and ours.end_to_end.comparison is not None:
         report.ours_max_abs_diff = ours.end_to_end.comparison.max_abs_diff
@@ -116,25 +119,25 @@ def run_upstream(
     return report
 
 
-def _run_worker(request: dict[str, Any], report: UpstreamReport) -> str:
-    """Run the isolated worker; fill ``report`` from its answer. Returns an error or ""."""
+def _run_worker(request: dict[str, Any]) -> UpstreamReport:
+    """Run the isolated worker: its report, or one that says why there is none (``error``)."""
     try:
         proc = run_isolated(
             "fusion_core.run.upstream", json.dumps(request), timeout=TIMEOUT_S, prefix="fusion-upstream-"
         )
     except subprocess.TimeoutExpired:
-        return f"the upstream worker took more than {TIMEOUT_S} s; stopped"
+        return UpstreamReport(available=True, error=f"the upstream worker took more than {TIMEOUT_S} s; stopped")
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(MARKER)), None)
     if line is None:
         tail = " ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
-        return f"the upstream worker exited with status {proc.returncode} without a result: {tail}"
-    error = ""
-    for key, value in json.loads(line[len(MARKER) :]).items():
-        if key == "error":
-            error = value
-        elif hasattr(report, key) and key != "families":
-            setattr(report, key, value)
-    return error
+        error = f"the upstream worker exited with status {proc.returncode} without a result: {tail}"
+        return UpstreamReport(available=True, error=error)
+    try:
+        report = from_plain(UpstreamReport, json.loads(line[len(MARKER) :]))
+    except ValueError as e:  # PlainDataError, JSONDecodeError
+        return UpstreamReport(available=True, error=f"the upstream worker's answer is not understood: {e}")
+    report.families = []  # the parent judges each family
+    return report
 
 
 def _family_status(r: UpstreamReport, family: str, paths: list[str]) -> UpstreamFamily:
@@ -205,7 +208,7 @@ def summarize(r: UpstreamReport) -> str:
 # -- the worker (runs in the child process) ---------------------------------------------
 
 
-def _worker(request: dict[str, Any]) -> dict[str, Any]:
+def _worker(request: dict[str, Any]) -> UpstreamReport:
     import torch
 
     from ..model.sources import resolve
@@ -213,15 +216,13 @@ def _worker(request: dict[str, Any]) -> dict[str, Any]:
     from .loading import load_plain, plain_config, torch_dtype, weights_loader
     from .results import compare, main_output
 
-    out: dict[str, Any] = {"ran": True}
+    out = UpstreamReport(available=True, ran=True)
     src = resolve(request["folder"], model_class=request["model_class"], trust_remote_code=request["trust_remote_code"])
     dtype = torch_dtype(request["dtype"])
     paths = request["paths"]
-    from ..families.base import Workload
-
-    workload = Workload(**request["workload"]) if request.get("workload") else None
+    workload = from_plain(Workload, request["workload"]) if request.get("workload") else None
     if workload is not None:
-        workload = Workload(**{**asdict(workload), "device": "cpu"})
+        workload = replace(workload, device="cpu")
     original = load_plain(src, dtype=dtype)
     inputs, _captured, out_original = capture_and_run(original, paths, request["seed"], "cpu", workload)
     _, reference = main_output(out_original)
@@ -230,47 +231,44 @@ def _worker(request: dict[str, Any]) -> dict[str, Any]:
     try:
         model, info = loader(request["folder"], fusion_config=request["fusion_config"], **kwargs)
     except Exception as e:
-        out["error"] = f"from_pretrained(fusion_config=...) fails: {type(e).__name__}: {_first_line(e)}"
+        out.error = f"from_pretrained(fusion_config=...) fails: {one_line(e, first=True, named=True, limit=300)}"
         return out
-    out["missing_keys"] = sorted(info.get("missing_keys", []))
-    out["unexpected_keys"] = sorted(info.get("unexpected_keys", []))
-    out["mismatched_keys"] = sorted(str(k[0]) for k in info.get("mismatched_keys", []))
-    out["module_classes"] = {p: type(model.get_submodule(p)).__name__ for p in paths}
+    out.missing_keys = sorted(info.get("missing_keys", []))
+    out.unexpected_keys = sorted(info.get("unexpected_keys", []))
+    out.mismatched_keys = sorted(str(k[0]) for k in info.get("mismatched_keys", []))
+    out.module_classes = {p: type(model.get_submodule(p)).__name__ for p in paths}
     entry = model.get_submodule(inputs.entry) if inputs.entry else model
     try:
         with torch.inference_mode():
             _, fused_out = main_output(entry(**inputs.kwargs))
     except Exception as e:
-        out["error"] = f"the upstream fused model fails on the check's inputs: {type(e).__name__}: {_first_line(e)}"
+        out.error = (
+            f"the upstream fused model fails on the check's inputs: {one_line(e, first=True, named=True, limit=300)}"
+        )
         return out
     comparison = compare(reference, fused_out, request["dtype"])
-    out["max_abs_diff"] = comparison.max_abs_diff
-    out["within_tolerance"] = comparison.passed
+    out.max_abs_diff = comparison.max_abs_diff
+    out.within_tolerance = comparison.passed
     del model, entry
     # the leak: a plain load of the same checkpoint, same process, after the fused one
     try:
         plain, _info = loader(request["folder"], **kwargs)
         classes = {p: type(plain.get_submodule(p)).__name__ for p in paths}
         still = [f"{p} is {c}" for p, c in classes.items() if c != type(original.get_submodule(p)).__name__]
-        out["leak"] = bool(still)
-        out["leak_detail"] = (
+        out.leak = bool(still)
+        out.leak_detail = (
             f"a later plain from_pretrained in the same process is still fused ({', '.join(still)})" if still else ""
         )
     except Exception as e:
-        out["leak"] = True
-        out["leak_detail"] = (
-            f"a later plain from_pretrained in the same process fails: {type(e).__name__}: {_first_line(e)}"
+        out.leak = True
+        out.leak_detail = (
+            f"a later plain from_pretrained in the same process fails: {one_line(e, first=True, named=True, limit=300)}"
         )
     return out
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
-
-
 def main() -> int:
-    """Worker entry point: one JSON request on stdin, one marked JSON line on stdout."""
+    """Worker entry point: one JSON request on stdin, one marked line on stdout (the report's plain form)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -279,8 +277,10 @@ def main() -> int:
     try:
         result = _worker(request)
     except Exception as e:  # report, never a traceback on stdout
-        result = {"ran": False, "error": f"the worker failed: {type(e).__name__}: {_first_line(e)}"}
-    sys.stdout.write(MARKER + json.dumps(result, default=str) + "\n")
+        result = UpstreamReport(
+            available=True, error=f"the worker failed: {one_line(e, first=True, named=True, limit=300)}"
+        )
+    sys.stdout.write(MARKER + json.dumps(to_plain(result)) + "\n")
     sys.stdout.flush()
     return 0
 

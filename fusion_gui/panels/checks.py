@@ -280,11 +280,13 @@ class ChecksPanel(QWidget):
             self.speed_banner.hide()
 
     def save_json(self, path: str | Path) -> Path:
-        """Write the last result as JSON (the core's ``to_dict``)."""
+        """Write the last result as JSON (its plain form, as ``fusion-core check --json`` prints it)."""
         if self.result is None:
             raise ValueError("no check result to save")
         path = Path(path)
-        path.write_text(json.dumps(self.result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+        from fusion_core.boundary.convert import to_plain
+
+        path.write_text(json.dumps(to_plain(self.result), indent=2) + "\n", encoding="utf-8")
         return path
 
     def save_json_dialog(self) -> None:

@@ -200,9 +200,11 @@ class DiffPanel(QWidget):
 
     def _fill(self, diff: Any) -> None:
         self.diff = diff
-        data = diff.to_dict() if diff is not None else {"modules": [], "keys": []}
-        self.modules_model.set_rows(data["modules"])
-        self.keys_model.set_rows(data["keys"])
+        from fusion_core.boundary.convert import to_plain
+
+        # the tables show the documented rows (docs/cli-json.md, "diff"), as the CLI prints them
+        self.modules_model.set_rows(to_plain(diff.modules) if diff is not None else [])
+        self.keys_model.set_rows(to_plain(diff.keys) if diff is not None else [])
         self.fit_columns()
 
     def fit_columns(self) -> None:

@@ -28,6 +28,8 @@ from fusion_core.boundary.options import ExportOptions, OptionError
 from ..format import human_bytes, parse_size, seconds_text
 
 if TYPE_CHECKING:
+    from fusion_core.export.result import Consumer
+
     from ..jobs import Job
     from ..state import AppState
 
@@ -155,7 +157,7 @@ class ExportDialog(QDialog):
         job = self.state.consumers(layout)
         job.succeeded.connect(lambda rows, layout=layout: self._on_predicted(layout, rows))
 
-    def _on_predicted(self, layout: str, rows: list[dict[str, Any]]) -> None:
+    def _on_predicted(self, layout: str, rows: list[Consumer]) -> None:
         if layout == self.layout_box.currentData() and self.job is None and self.result is None:
             self.consumers.setText(_consumer_rows(rows, "before writing (predicted; tried by loading after writing)"))
 
@@ -230,20 +232,18 @@ class ExportDialog(QDialog):
 
     def _on_succeeded(self, result: Any) -> None:
         self.result = result
-        d = result.to_dict()
-        ver = d["verification"]
         self.progress.setRange(0, 1)
         self.progress.setValue(1)
-        files = "".join(f"<li>{html.escape(f['name'])} — {human_bytes(f['bytes'])}</li>" for f in d["files"][:12])
-        more = f"<li>… and {len(d['files']) - 12} more</li>" if len(d["files"]) > 12 else ""
+        files = "".join(f"<li>{html.escape(f.name)} — {human_bytes(f.bytes)}</li>" for f in result.files[:12])
+        more = f"<li>… and {len(result.files) - 12} more</li>" if len(result.files) > 12 else ""
         self._set_status(
             "ok",
-            f"<b>Exported</b> to {html.escape(d['out_dir'])} in {seconds_text(result.seconds)} "
-            f"({d['layout']} layout): {len(d['files'])} file(s), {human_bytes(d['total_bytes'])}, "
-            f"{d['tensors']} tensors, {len(d['transformed'])} transformed.<br>"
-            f"<b>Verified:</b> {html.escape(ver['summary'])}<ul style='margin:2px'>{files}{more}</ul>",
+            f"<b>Exported</b> to {html.escape(str(result.out_dir))} in {seconds_text(result.seconds)} "
+            f"({result.layout} layout): {len(result.files)} file(s), {human_bytes(result.total_bytes)}, "
+            f"{result.tensors} tensors, {len(result.transformed)} transformed.<br>"
+            f"<b>Verified:</b> {html.escape(result.verification.summary)}<ul style='margin:2px'>{files}{more}</ul>",
         )
-        self.consumers.setText(_consumer_rows(d["consumers"], "tried by loading the export"))
+        self.consumers.setText(_consumer_rows(result.consumers, "tried by loading the export"))
         self.show_button.setEnabled(True)
         self.adjustSize()  # the summary lists the files: let the dialog grow to show them
 
@@ -279,13 +279,13 @@ class ExportDialog(QDialog):
         super().reject()
 
 
-def _consumer_rows(rows: list[dict[str, Any]], when: str) -> str:
+def _consumer_rows(rows: list[Consumer], when: str) -> str:
     """Consumers as rich text: name, status, the call a user makes, and why."""
     if not rows:
         return f"<i>not tried ({html.escape(when)})</i>"
     items = "".join(
-        f"<li><b>{html.escape(r['name'])}</b>: {html.escape(r['status'])} — <code>{html.escape(r['how'])}</code>"
-        + (f" ({html.escape(r['detail'])})" if r.get("detail") else "")
+        f"<li><b>{html.escape(r.name)}</b>: {html.escape(r.status)} — <code>{html.escape(r.how)}</code>"
+        + (f" ({html.escape(r.detail)})" if r.detail else "")
         + "</li>"
         for r in rows
     )

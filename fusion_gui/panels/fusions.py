@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fusion_core.model.cache import FamilyInfo
+from fusion_core.plan.view import FamilyInfo
 
 from .. import style
 from ..format import natural_key

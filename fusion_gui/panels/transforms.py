@@ -28,6 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fusion_core.boundary.convert import to_plain
+
 from .. import style
 from ..format import in_scope, natural_key, shape_text
 from ..models.elide import KeyElideDelegate
@@ -179,7 +181,7 @@ class TransformsPanel(QWidget):
         rows: list[dict[str, Any]] = []
         for ct in plan.checkpoint_transforms:
             module = owner_module(ct.first_source, matched)
-            rows.extend({"module": module, **row} for row in ct.rows(self.direction))
+            rows.extend({"module": module, **to_plain(row)} for row in ct.rows(self.direction))
         self.rows = rows
         self.info.setText(self._info_text(plan, len(rows)))
         self._schedule()

@@ -40,8 +40,8 @@ from ..models.tree_model import (
 from .tree_parts import BadgeDelegate, EscapeFilter, ModuleTreeView
 
 if TYPE_CHECKING:
-    from fusion_core.model.cache import InspectionView
     from fusion_core.model.tree import ModuleNode
+    from fusion_core.plan.view import InspectionView
 
     from ..state import AppState
 

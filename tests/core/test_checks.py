@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from fusion_core import check
+from fusion_core.boundary.convert import to_plain
 from fusion_core.families import REGISTRY
 from fusion_core.run.checks import TOLERANCES, iter_check
 
@@ -38,7 +39,7 @@ def test_check_demo_passes_float32(qwen2_vl_dir: Path) -> None:
     assert e2e.output == "logits" and e2e.input_kind == "vision-grid" and e2e.passed
     assert e2e.comparison.max_abs_diff <= 1e-5
     assert set(e2e.input_shapes) >= {"pixel_values", "image_grid_thw", "input_ids"}
-    data = json.loads(json.dumps(result.to_dict()))
+    data = json.loads(json.dumps(to_plain(result)))
     assert data["passed"] is True and data["tolerance"]["atol"] == TOLERANCES["float32"][0]
     assert data["load"]["fused_modules"][0]["module"] == "model.visual.patch_embed"
     assert data["upstream"] is None
@@ -136,7 +137,7 @@ def test_several_families_at_once(qwen2_vl_dir: Path) -> None:
     missing = [name for name in fusion if name not in REGISTRY]
     assert not missing, f"built-in families not registered: {missing}"
     result = check(qwen2_vl_dir, fusion, repeats=1, upstream=False)
-    assert result.passed, result.to_dict()
+    assert result.passed, to_plain(result)
     assert {m.family for m in result.modules} == set(fusion)
     assert "model.language_model.layers.0.self_attn" in [m.path for m in result.modules]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fusion_core import check
+from fusion_core.boundary.convert import to_plain
 from fusion_core.run.results import Timing
 from fusion_core.run.timing import measure, ratio_interval
 
@@ -68,7 +69,7 @@ def test_modules_only(qwen2_vl_dir: Path) -> None:
     assert result.passed and result.modules_only and len(result.modules) == 3
     assert all(m.verified_by == "module sample inputs" for m in result.modules)
     assert result.end_to_end.skipped == "not run: --modules-only" and result.end_to_end.passed
-    assert result.to_dict()["end_to_end"]["ran"] is False
+    assert to_plain(result)["end_to_end"]["ran"] is False
 
 
 def test_modules_only_memory_is_bounded_by_the_modules(tmp_path: Path) -> None:

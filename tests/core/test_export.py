@@ -101,7 +101,7 @@ def test_upstream_from_pretrained_reads_the_fused_export(qwen2_vl_dir: Path, tmp
     The export found the same by loading it (its consumers), so it wrote the name as is.
     """
     result = export(qwen2_vl_dir, tmp_path / "fused", FUSION)
-    assert [(c["name"].split()[0], c["status"]) for c in result.consumers] == [
+    assert [(c.name.split()[0], c.status) for c in result.consumers] == [
         ("fusion_core", "loads exactly"),
         ("transformers", "loads exactly"),
     ]

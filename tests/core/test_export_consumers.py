@@ -76,7 +76,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _statuses(result: Any) -> dict[str, str]:
-    return {c["name"].split()[0]: c["status"] for c in result.consumers}
+    return {c.name.split()[0]: c.status for c in result.consumers}
 
 
 def _config(folder: Path) -> dict[str, Any]:
@@ -126,7 +126,7 @@ def test_llama_qkv_then_gate_up_then_original(tiny, tmp_path: Path) -> None:
     first = export(src, tmp_path / "qkv", {"qkv": True, "patch_embeddings": True})
     assert _config(tmp_path / "qkv")["fusion_config"] == {"qkv": True}
     assert _statuses(first) == {"fusion_core": "loads exactly", "transformers": "refuses to load"}
-    assert "Unknown fusion type: qkv" in first.consumers[1]["detail"]
+    assert "Unknown fusion type: qkv" in first.consumers[1].detail
     # fused -> more fused: the checkpoint keeps its own family and gains gate_up
     more = export(tmp_path / "qkv", tmp_path / "both", {"gate_up": True})
     assert more.source_layout == "mixed"

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from fusion_core import check, export, load
+from fusion_core.boundary.convert import to_plain
 from fusion_core.model.demo import demo_path
 
 CASES = {
@@ -48,7 +49,7 @@ def test_export_round_trip_is_bitwise_and_fused_export_loads(demo, tmp_path):
 def test_checks_pass_on_the_demos(demo, dtype):
     families = CASES[demo]
     result = check(str(demo_path(demo)), families, dtype=dtype, repeats=1, upstream=False)
-    report = result.to_dict()
+    report = to_plain(result)
     assert report["passed"], report
     assert {m["family"] for m in report["modules"]} == set(families)
     assert all(m["passed"] and m["fused_class"].startswith("Fused") for m in report["modules"])

@@ -17,6 +17,7 @@ import torch
 from _fusable_families import FAMILY, fusable_families, tiny_config
 
 from fusion_core import check
+from fusion_core.boundary.convert import to_plain
 
 _saved: dict[str, Path] = {}
 
@@ -54,16 +55,16 @@ def test_family_found_at_run_time() -> None:
 def _load_and_check(model_type: str, class_name: str, root: Path) -> None:
     folder = _checkpoint(root, model_type, class_name)
     result = check(folder, {FAMILY: True}, repeats=1, upstream=False)  # loads fused and original
-    assert result.passed, result.to_dict()
+    assert result.passed, to_plain(result)
     report = result.load
     assert report["checkpoint_layout"] == "original" and report["fused_modules"]
     assert report["missing_keys"] == [] and report["unexpected_keys"] == []
     assert [m.path for m in result.modules] == [m["module"] for m in report["fused_modules"]]
     assert all(m.fused_class.startswith("Fused") for m in result.modules)
     for module in result.modules:
-        assert module.comparison.max_abs_diff <= 1e-5, module.to_dict()
+        assert module.comparison.max_abs_diff <= 1e-5, to_plain(module)
     e2e = result.end_to_end.comparison
-    assert e2e.max_abs_diff <= 1e-5 + 1e-5 * e2e.max_original, e2e.to_dict()
+    assert e2e.max_abs_diff <= 1e-5 + 1e-5 * e2e.max_original, to_plain(e2e)
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from fusion_core import (
     inspect_model,
     validate_fusion_config,
 )
+from fusion_core.boundary.convert import to_plain
 from fusion_core.families import REGISTRY, register, unregister
 from fusion_core.families.base import FusionSpec, Verdict
 from fusion_core.families.transforms import Rename
@@ -91,7 +92,7 @@ def test_plan_of_the_demo_both_directions(qwen2_vl_dir):
 
 
 def test_plan_json_schema(qwen2_vl_dir):
-    data = json.loads(json.dumps(inspect_model(str(qwen2_vl_dir)).plan({"patch_embeddings": True}).to_dict()))
+    data = json.loads(json.dumps(to_plain(inspect_model(str(qwen2_vl_dir)).plan({"patch_embeddings": True}))))
     assert data["model"] == qwen2_vl_dir.name
     [fam] = data["families"]
     assert fam["name"] == "patch_embeddings"
@@ -101,6 +102,7 @@ def test_plan_json_schema(qwen2_vl_dir):
             "class": "PatchEmbed",
             "fused_class": "FusedPatchEmbed",
             "reason": fam["matches"][0]["reason"],
+            "class_path": "transformers.models.qwen2_vl.modeling_qwen2_vl.PatchEmbed",
         }
     ]
     assert fam["rejected"] == []

@@ -9,7 +9,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from fusion_core import ModelSourceError, inspect_model, resolve
-from fusion_core.model.tree import build_meta_model, module_tree
+from fusion_core.boundary.convert import to_plain
+from fusion_core.model.tree import build_meta_model, module_tree, tree_plain
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def test_tied_weights_are_counted_once():
     [head] = tree.by_path["lm_head"].params
     assert head.tied_to == "model.embed_tokens.weight"
     assert tree.by_path["lm_head"].own_params == 0
-    data = tree.by_path["lm_head"].to_dict()
+    data = to_plain(tree.by_path["lm_head"])
     assert data["params"] == [
         {"name": "weight", "shape": [64, 16], "dtype": "float32", "tied_to": "model.embed_tokens.weight"}
     ]
@@ -77,7 +78,7 @@ def test_tied_weights_are_counted_once():
 
 def test_to_dict_depth_and_json(qwen_tree):
     root = qwen_tree.tree.root
-    full = json.loads(json.dumps(root.to_dict()))
+    full = json.loads(json.dumps(to_plain(root)))
     assert full["path"] == "" and full["class"] == "Qwen2VLForConditionalGeneration"
     assert {
         "path",
@@ -90,7 +91,7 @@ def test_to_dict_depth_and_json(qwen_tree):
         "total_params",
         "same_class_count",
     } <= set(full)
-    shallow = root.to_dict(depth=1)
+    shallow = tree_plain(root, depth=1)
     assert [c["path"] for c in shallow["children"]] == ["model", "lm_head"]
     assert shallow["children"][0]["children"] is None  # cut off, not empty
     assert shallow["children"][1]["children"] == []  # a leaf

@@ -28,6 +28,6 @@ def test_dialog_shows_consumers_before_and_after(qtbot, window, open_model, only
     qtbot.waitUntil(lambda: dialog.job is None, timeout=10_000)
     after = dialog.consumers.text()
     assert "tried by loading the export" in after
-    assert [c["status"] for c in result.consumers] == ["loads exactly", "loads exactly"]
+    assert [c.status for c in result.consumers] == ["loads exactly", "loads exactly"]
     assert after.count("loads exactly") == 2 and "Qwen2VLForConditionalGeneration.from_pretrained" in after
     dialog.close()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from fusion_core.model import cache
+from fusion_core.plan.view import cached_view
 
 
 def test_cached_tree_and_highlights_then_the_live_model(qtbot, make_window, open_model):
@@ -15,7 +16,7 @@ def test_cached_tree_and_highlights_then_the_live_model(qtbot, make_window, open
     open_model(first, "demo:qwen2-vl")  # writes the cache entry
     live = first.state.inspection
     live_matched = first.tree.model.matched_paths()
-    assert live_matched and cache.load("demo:qwen2-vl") is not None
+    assert live_matched and cached_view("demo:qwen2-vl") is not None
 
     window = make_window()
     state = window.state
