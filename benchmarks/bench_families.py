@@ -120,7 +120,7 @@ def _fused_copy(module: nn.Module, family: str) -> nn.Module:
 
     spec = get_family(family)
     fused = copy.deepcopy(module)
-    target = next((m for _p, m in fused.named_modules() if spec.check(m).ok), None)
+    target = next((m for _p, m in fused.named_modules() if spec.judge(m).ok), None)
     if target is None:
         raise RuntimeError(f"{type(module).__name__} has nothing {family!r} can fuse")
     spec.fuse_module(target)

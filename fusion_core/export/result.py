@@ -54,6 +54,8 @@ class ExportResult:
     written_fusion_config: dict[str, Any] | None = None
     #: family names were prefixed so that stock transformers refuses the export
     guarded: bool = False
+    #: what the export did to the plan it was given (e.g. the checkpoint's own families added first)
+    messages: list[str] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:
@@ -78,4 +80,5 @@ class ExportResult:
             "written_fusion_config": self.written_fusion_config,
             "guarded": self.guarded,
             "consumers": self.consumers,
+            "messages": self.messages,
         }

@@ -1,24 +1,111 @@
-"""Check results: comparisons, timings, per-module and end-to-end records, and the
-tolerances by dtype. Plain data with ``to_dict()`` for JSON (the CLI's ``--json``, the GUI)."""
+"""Check results: comparisons, timings, per-module and end-to-end records, the tolerance,
+the load report and the workload a check ran at. Plain data with ``to_dict()`` for JSON
+(the CLI's ``--json``, the GUI); the tolerances by dtype are
+:data:`fusion_core.boundary.options.DTYPE_TOLERANCES`."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..boundary.options import DTYPE_TOLERANCES, Workload
 from ..errors import CheckError
 
-# (atol, rtol): pass when max |fused - original| <= atol + rtol * max |original|.
-# float32: a reshape-only fusion differs only by summation order. bfloat16/float16: the
-# Conv and the GEMM may round differently (bf16 keeps 8 significant bits, one step is
-# 2**-8 = 0.4% relative; fp16 11 bits, 0.05%), and differences grow through the layers
-# after the fused module: rtol is about 5 (bf16) and 8 (fp16) such steps of the output scale.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float32": (1e-5, 1e-5),
-    "bfloat16": (1e-2, 2e-2),
-    "float16": (1e-3, 4e-3),
-}
+#: (atol, rtol) by dtype: an alias of the one table, :data:`fusion_core.boundary.options.DTYPE_TOLERANCES`
+TOLERANCES = DTYPE_TOLERANCES
+TOLERANCE_RULE = "max|fused-original| <= atol + rtol * max|original|"
 _MAIN_OUTPUTS = ("logits", "last_hidden_state", "logits_per_video", "logits_per_image", "pooler_output")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """What a comparison must stay within: pass when max |fused - original| <= atol + rtol * max |original|."""
+
+    atol: float
+    rtol: float
+    rule: str = TOLERANCE_RULE
+
+    @classmethod
+    def of(cls, dtype: str) -> Tolerance:
+        """The tolerance of ``dtype`` (one of :data:`~fusion_core.boundary.options.DTYPES`)."""
+        atol, rtol = DTYPE_TOLERANCES[dtype]
+        return cls(atol, rtol)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"atol": self.atol, "rtol": self.rtol, "rule": self.rule}
+
+
+@dataclass(frozen=True)
+class CheckedWorkload:
+    """The sizes a check ran at (its :class:`~fusion_core.boundary.options.Workload` without
+    dtype and device, which the result holds itself) and torch's CPU threads during it."""
+
+    batch: int = 1
+    seq_len: int | None = None
+    image_size: int | None = None
+    frames: int | None = None
+    seed: int = 0
+    threads: int | None = None
+
+    @classmethod
+    def of(cls, workload: Workload, threads: int | None = None) -> CheckedWorkload:
+        w = workload
+        return cls(w.batch, w.seq_len, w.image_size, w.frames, w.seed, threads)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FusedModule:
+    """One module a load fused: its path, its family and the class it has now."""
+
+    module: str
+    family: str
+    class_name: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"module": self.module, "family": self.family, "class": self.class_name}
+
+
+@dataclass
+class LoadReport:
+    """What a fused load did (``fusion-core load --json``; a check's ``load``).
+
+    ``missing_keys`` and ``unexpected_keys`` are what ``from_pretrained`` reported for this
+    load (a load with either fails, so a report has them empty, as the load saw them).
+    """
+
+    model: str
+    model_class: str
+    fusion_config: dict[str, Any]
+    checkpoint_layout: str
+    fused_modules: list[FusedModule]
+    dtype: str
+    device: str
+    missing_keys: list[str] = field(default_factory=list)
+    unexpected_keys: list[str] = field(default_factory=list)
+    transforms: list[dict[str, Any]] = field(default_factory=list)  # preview rows of the transformed keys
+    seconds: float = 0.0
+    peak_rss_mb: float | None = None
+    messages: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "model_class": self.model_class,
+            "fusion_config": self.fusion_config,
+            "checkpoint_layout": self.checkpoint_layout,
+            "fused_modules": [m.to_dict() for m in self.fused_modules],
+            "dtype": self.dtype,
+            "device": self.device,
+            "missing_keys": list(self.missing_keys),
+            "unexpected_keys": list(self.unexpected_keys),
+            "transforms": self.transforms,
+            "seconds": round(self.seconds, 4),
+            "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1),
+            "messages": list(self.messages),
+        }
 
 
 @dataclass
@@ -278,15 +365,15 @@ class CheckResult:
     device: str
     repeats: int
     seed: int
-    tolerance: dict[str, Any]
+    tolerance: Tolerance
     modules: list[ModuleCheck] = field(default_factory=list)
     end_to_end: EndToEndCheck | None = None
     upstream: UpstreamReport | None = None
-    load: dict[str, Any] | None = None
+    load: LoadReport | None = None
     nothing_to_fuse: bool = False
     messages: list[str] = field(default_factory=list)
     seconds: float = 0.0
-    workload: dict[str, Any] = field(default_factory=dict)  # the sizes it ran at (Workload, resolved)
+    workload: CheckedWorkload = field(default_factory=CheckedWorkload)  # the sizes it ran at
     family_verdicts: list[FamilyVerdict] = field(default_factory=list)
     modules_only: bool = False
     warnings: list[str] = field(default_factory=list)  # e.g. timings too noisy to tell
@@ -319,16 +406,16 @@ class CheckResult:
             "device": self.device,
             "repeats": self.repeats,
             "seed": self.seed,
-            "tolerance": self.tolerance,
+            "tolerance": self.tolerance.to_dict(),
             "passed": self.passed,
             "nothing_to_fuse": self.nothing_to_fuse,
             "modules": [m.to_dict() for m in self.modules],
             "end_to_end": self.end_to_end.to_dict() if self.end_to_end else None,
             "upstream": self.upstream.to_dict() if self.upstream else None,
-            "load": self.load,
+            "load": self.load.to_dict() if self.load else None,
             "messages": self.messages,
             "seconds": round(self.seconds, 3),
-            "workload": self.workload,
+            "workload": self.workload.to_dict(),
             "modules_only": self.modules_only,
             "family_verdicts": [f.to_dict() for f in self.family_verdicts],
             "warnings": self.warnings,
@@ -340,7 +427,7 @@ def compare(original: Any, fused: Any, dtype: str) -> Comparison:
     import torch
 
     a_list, b_list = tensors_of(original), tensors_of(fused)
-    atol, rtol = TOLERANCES.get(dtype, TOLERANCES["float32"])
+    atol, rtol = DTYPE_TOLERANCES.get(dtype, DTYPE_TOLERANCES["float32"])
     if len(a_list) != len(b_list) or any(a.shape != b.shape for a, b in zip(a_list, b_list)):
         shapes = ([list(t.shape) for t in a_list], [list(t.shape) for t in b_list])
         return Comparison(float("nan"), float("nan"), atol, rtol, [], note=f"outputs differ in structure: {shapes}")

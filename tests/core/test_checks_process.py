@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fusion_core import check
+from fusion_core.boundary.options import TimingOptions
 from fusion_core.run.results import Timing
 from fusion_core.run.timing import measure, ratio_interval
 
@@ -67,7 +68,7 @@ def test_modules_only(qwen2_vl_dir: Path) -> None:
                    repeats=2, time_budget=0.05, upstream=False)  # fmt: skip
     assert result.passed and result.modules_only and len(result.modules) == 3
     assert all(m.verified_by == "module sample inputs" for m in result.modules)
-    assert result.end_to_end.skipped == "not run: --modules-only" and result.end_to_end.passed
+    assert result.end_to_end.skipped == "not run: modules only (each fused module alone, read from the checkpoint)" and result.end_to_end.passed
     assert result.to_dict()["end_to_end"]["ran"] is False
 
 
@@ -123,7 +124,7 @@ def test_timing_interval_and_verdict() -> None:
             a @ a
 
     # 8x the work: even on a busy shared machine the interval stays above 1 (a tight bound would flake)
-    t = measure(slow, lambda: a @ a, min_rounds=7, budget_s=1.0, target=0.05)
+    t = measure(slow, lambda: a @ a, TimingOptions(min_rounds=7, budget_s=1.0, target=0.05))
     assert t.speedup_low <= t.speedup <= t.speedup_high and t.repeats >= 7
     assert t.speedup > 2 and t.speedup_low > 1.0 and t.verdict == "faster"
     assert Timing(1.0, 1.0, 5, 1.1, 0.95, 1.3).verdict == "same"

@@ -191,7 +191,7 @@ def test_default_max_shard_size_is_save_pretrained_default(sharded_dir: Path, tm
 
     from transformers import PreTrainedModel
 
-    from fusion_core.export.writer import DEFAULT_MAX_SHARD_SIZE
+    from fusion_core.boundary.options import DEFAULT_MAX_SHARD_SIZE
 
     default = inspect.signature(PreTrainedModel.save_pretrained).parameters["max_shard_size"].default
     assert default == DEFAULT_MAX_SHARD_SIZE
