@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -55,11 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _message(e: FusionError, command: str) -> str:
-    """One line for ``e``; an option error names the flag (``check: --batch must be at least 1``)."""
+    """One line for ``e``, naming flags where the engine names options.
+
+    An :class:`OptionError` starts with its flag (``check: --batch must be at least 1``);
+    the options another error's message names (``FusionError.options``) become their flags.
+    """
     if isinstance(e, OptionError):
         detail = " ".join(str(e.detail).split())
         return f"{command + ': ' if command else ''}{flag_of(e.option)} {detail}"
-    return one_line(e)
+    text = one_line(e)
+    for option in e.options:
+        text = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-])", flag_of(option), text)
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

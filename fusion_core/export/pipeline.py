@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..boundary.options import LAYOUTS, ON_WRONG_LOAD, ExportOptions, OptionError
-from ..errors import CheckpointError, ExportError
+from ..errors import CheckpointError, ExportError, naming
 from ..model.checkpoint import INDEX_FILE, CheckpointIndex, open_shard
 from ..plan.fusion_config import GUARD_PREFIX
 from ..progress import CancelToken, Progress, ProgressCallback, drive
@@ -140,7 +140,10 @@ def iter_export(
         raise ExportError(f"{src.name}: has no weights to export (give a model folder with safetensors weights)")
     if plan.is_empty and not options.allow_copy_as_is:
         why = "; ".join(plan.messages) or "no module matches the enabled fusions"
-        raise ExportError(f"{src.name}: nothing to fuse ({why}); allow copying it as is to export it unchanged")
+        raise naming(
+            ExportError(f"{src.name}: nothing to fuse ({why}); set allow_copy_as_is to export it unchanged"),
+            "allow_copy_as_is",
+        )
     plan.require_checkpoint(allow_mixed=True)
     legacy = plan.legacy_fused and layout == "fused"
     groups = [] if plan.legacy_fused else _groups(plan, layout, src.folder)
@@ -197,10 +200,14 @@ def iter_export(
             if recorded is not None and _status(consumers, "transformers") == LOADS_WRONG:
                 wrong = _detail(consumers, "transformers")
                 if options.on_wrong_load == "refuse":
-                    raise ExportError(
-                        f"stock transformers would load this export wrong ({wrong}); nothing was written. "
-                        "Export with on_wrong_load 'guard' to write it so that transformers refuses it, "
-                        "or in the original layout"
+                    raise naming(
+                        ExportError(
+                            f"stock transformers would load this export wrong ({wrong}); nothing was written. "
+                            "Export with on_wrong_load guard to write it so that transformers refuses it, "
+                            "or with layout original"
+                        ),
+                        "on_wrong_load",
+                        "layout",
                     )
                 recorded, guarded = guard(recorded), True
                 (tmp / fs.CONFIG_FILE).unlink()  # our own file, in our temporary folder

@@ -70,6 +70,8 @@ _READ_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC"
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
 # copy_file_range refuses some pairs of files (other file systems, devices): use read + write
 _NO_FAST_COPY = {errno.EINVAL, errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM}
+
+
 @dataclass(frozen=True)
 class OutTensor:
     """One tensor to write: its output key, dtype (safetensors code) and shape.

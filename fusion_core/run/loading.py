@@ -422,9 +422,9 @@ def load_original(plan: FusionPlan, *, dtype: str | torch.dtype = "float32", dev
 
     Built on the plan's own opened model and source; the checkpoint is validated against
     the plan once (:meth:`FusionPlan.require_checkpoint`, shared with the fused load of a
-    check). Never triggers transformers' own fusion. The keys the checkpoint holds in the
-    fused layout (a checkpoint exported with ``fusion_config``, planned with its families)
-    are converted back to the original layout on the way in (exact: the inverse transforms
+    check; some families fused and others not is fine here). Never triggers transformers'
+    own fusion. The keys the checkpoint holds in the fused layout (a checkpoint exported
+    with ``fusion_config``, planned with its families) are converted back to the original layout on the way in (exact: the inverse transforms
     are reshapes and renames); that path reads every tensor into memory instead of mapping
     the files lazily.
 
@@ -435,7 +435,7 @@ def load_original(plan: FusionPlan, *, dtype: str | torch.dtype = "float32", dev
     src = plan.source
     require_weights(src)
     config = plain_config(src.config)
-    plan.require_checkpoint()
+    plan.require_checkpoint(allow_mixed=True)  # the keys held fused are unfused; the others are original already
     if any(ct.present == "fused" for ct in plan.checkpoint_transforms):
         model = from_pretrained(src, config, wanted, state_dict=_original_state_dict(src, plan))
     else:

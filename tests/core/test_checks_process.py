@@ -68,7 +68,10 @@ def test_modules_only(qwen2_vl_dir: Path) -> None:
                    repeats=2, time_budget=0.05, upstream=False)  # fmt: skip
     assert result.passed and result.modules_only and len(result.modules) == 3
     assert all(m.verified_by == "module sample inputs" for m in result.modules)
-    assert result.end_to_end.skipped == "not run: modules only (each fused module alone, read from the checkpoint)" and result.end_to_end.passed
+    assert (
+        result.end_to_end.skipped == "not run: modules only (each fused module alone, read from the checkpoint)"
+        and result.end_to_end.passed
+    )
     assert result.to_dict()["end_to_end"]["ran"] is False
 
 

@@ -222,4 +222,4 @@ def test_cli_export_json(qwen2_vl_dir: Path, tmp_path: Path, capsys: pytest.Capt
         ["export", str(qwen2_vl_dir), str(tmp_path / "x"), "--fusion", "patch_embeddings", "--max-shard-size", "lots"]
     )
     err = capsys.readouterr().err
-    assert rc == 2 and "shard size" in err
+    assert rc == 2 and "--max-shard-size 'lots' is not a size" in err
