@@ -78,8 +78,8 @@ def with_own_families(plan: FusionPlan) -> tuple[FusionPlan, str]:
         return plan, ""
     wider = insp.plan({**own_enabled, **plan.fusion_config})
     return wider, (
-        f"the checkpoint is already fused with {', '.join(map(repr, added))}: the export's plan adds "
-        f"{'it' if len(added) == 1 else 'them'} first ({', '.join(wider.fusion_config)})"
+        f"the checkpoint is already fused with {', '.join(map(repr, added))}: the export's plan includes "
+        f"{'it' if len(added) == 1 else 'them'} (families: {', '.join(wider.fusion_config)})"
     )
 
 

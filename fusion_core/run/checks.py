@@ -135,12 +135,15 @@ def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, N
         from dataclasses import replace
 
         options = replace(options, workload=replace(options.workload, device=device))
+    # a plan made while transformers' own fusion had patched classes: rebuilt first (a new
+    # plan, said in the result), before the patches are suspended for the check
+    plan, rebuilt = unpolluted(plan)
     saved_threads = torch.get_num_threads()
     if options.threads:
         torch.set_num_threads(options.threads)
     try:
         with upstream_fusion_suspended() as polluted:
-            result = yield from _run(plan, options)
+            result = yield from _run(plan, options, rebuilt)
         result.messages[:0] = polluted
         result.workload = CheckedWorkload.of(options.workload, torch.get_num_threads())
     finally:
@@ -148,7 +151,7 @@ def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, N
     return result
 
 
-def _run(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, None, CheckResult]:
+def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Progress, None, CheckResult]:
     from .loading import require_weights
     from .modules import fits_in_memory
     from .verdicts import family_verdicts, project
@@ -158,7 +161,6 @@ def _run(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, None, C
     dtype, device = workload.dtype, workload.device
     yield Progress(0, 6, "opening model")
     # one meta model and one plan for the whole check: the fused load, the original and upstream use them
-    plan, rebuilt = unpolluted(plan)
     src = plan.source
     require_weights(src)
     result = CheckResult(

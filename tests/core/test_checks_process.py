@@ -47,6 +47,7 @@ def test_polluted_process_checks_the_real_original(qwen2_vl_dir: Path) -> None:
         print("RESULT", json.dumps(dict(
             upstream=type(up.model.visual.patch_embed).__name__, passed=r.passed, nothing=r.nothing_to_fuse,
             modules=[(m.path, m.original_class, m.verified_by) for m in r.modules], note=r.messages[0],
+            rebuilt=[m for m in r.messages if m.startswith("the plan was rebuilt")],
             plain=[type(c).__name__ for c in plain.children()], fused=[type(c).__name__ for c in fused.children()],
             still=type(Qwen2VLForConditionalGeneration.from_pretrained(d).model.visual.patch_embed).__name__)))
         """
@@ -58,6 +59,7 @@ def test_polluted_process_checks_the_real_original(qwen2_vl_dir: Path) -> None:
     assert data["passed"] and not data["nothing"]
     assert data["modules"] == [["model.visual.patch_embed", "PatchEmbed", "end-to-end inputs"]]
     assert "transformers' own fusion" in data["note"] and "PatchEmbed" in data["note"]
+    assert len(data["rebuilt"]) == 1  # the plan made on the patched classes was rebuilt: a new plan, said so
     assert data["plain"] == ["Conv3d"]  # never a fused "original"
     assert data["fused"] == ["PatchLinear"]  # ours
     assert data["still"] == "FusedPatchEmbed"  # transformers' own state is put back as it was
