@@ -25,6 +25,7 @@ from ..boundary.options import LAYOUTS, ON_WRONG_LOAD, ExportOptions, OptionErro
 from ..errors import CheckpointError, ExportError, naming
 from ..model.checkpoint import INDEX_FILE, CheckpointIndex, open_shard
 from ..plan.fusion_config import GUARD_PREFIX
+from ..plan.layout import require_checkpoint
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from . import files as fs
 from .consumers import LOADS_EXACTLY, LOADS_WRONG, transformers_accepts
@@ -144,7 +145,7 @@ def iter_export(
             ExportError(f"{src.name}: nothing to fuse ({why}); set allow_copy_as_is to export it unchanged"),
             "allow_copy_as_is",
         )
-    plan.require_checkpoint(allow_mixed=True)
+    require_checkpoint(plan, allow_mixed=True)
     legacy = plan.legacy_fused and layout == "fused"
     groups = [] if plan.legacy_fused else _groups(plan, layout, src.folder)
     check_dtypes(groups, ckpt)

@@ -138,8 +138,9 @@ class FusionPlan:
     inspection: Inspection = field(repr=False, compare=False)
     seconds: float = 0.0
     messages: list[str] = field(default_factory=list)
-    #: the strictest checkpoint validation passed so far ("" none, "mixed", "strict"): see :meth:`require_checkpoint`
-    _validated: str = field(default="", init=False, repr=False, compare=False)
+    #: the strictest checkpoint validation passed so far ("" none, "mixed", "strict"):
+    #: see :func:`fusion_core.plan.layout.require_checkpoint`
+    checkpoint_validated: str = field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.inspection, Inspection):
@@ -160,27 +161,6 @@ class FusionPlan:
             if fam.name == family:
                 return fam.spec
         raise KeyError(family)
-
-    def require_checkpoint(self, *, allow_mixed: bool = False) -> None:
-        """Validate the checkpoint against this plan (layout and shapes, from headers), once.
-
-        :func:`~fusion_core.plan.layout.check_layout` and :func:`~fusion_core.plan.layout.check_shapes`
-        run the first time only: a check's fused load and its original share the result.
-
-        Args:
-            allow_mixed: accept some families fused and others not (an export).
-
-        Raises:
-            LoadError: a checkpoint in neither layout (or both), or shapes that do not match its config.
-        """
-        from .layout import check_layout, check_shapes
-
-        if self._validated == "strict" or (allow_mixed and self._validated == "mixed"):
-            return
-        check_layout(self, allow_mixed=allow_mixed)
-        if not self._validated:
-            check_shapes(self)
-        self._validated = "mixed" if allow_mixed else "strict"
 
     @property
     def patch_mapping(self) -> dict[type, type]:

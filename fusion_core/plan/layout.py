@@ -9,7 +9,7 @@ from ..errors import LoadError
 if TYPE_CHECKING:
     from .fusion_plan import FusionPlan
 
-__all__ = ["check_layout", "check_shapes", "listed"]
+__all__ = ["check_layout", "check_shapes", "listed", "require_checkpoint"]
 
 _MAX_LISTED = 20
 
@@ -19,6 +19,29 @@ def listed(keys: list[str]) -> str:
     keys = sorted(keys)
     shown = ", ".join(keys[:_MAX_LISTED])
     return shown + (f" (and {len(keys) - _MAX_LISTED} more)" if len(keys) > _MAX_LISTED else "")
+
+
+def require_checkpoint(plan: FusionPlan, *, allow_mixed: bool = False) -> None:
+    """Validate the checkpoint against ``plan`` (layout and shapes, from headers), once per plan.
+
+    :func:`check_layout` and :func:`check_shapes` run the first time only (the outcome is
+    kept on the plan): a check's fused load and its original, or an export and its
+    verification, share it.
+
+    Args:
+        plan: the plan, its transforms located in the checkpoint.
+        allow_mixed: accept some families fused and others not (see :func:`check_layout`).
+
+    Raises:
+        LoadError: a checkpoint in neither layout (or both), or shapes that do not match its config.
+    """
+    done = plan.checkpoint_validated
+    if done == "strict" or (allow_mixed and done == "mixed"):
+        return
+    check_layout(plan, allow_mixed=allow_mixed)
+    if not done:
+        check_shapes(plan)
+    plan.checkpoint_validated = "mixed" if allow_mixed else "strict"
 
 
 def check_layout(plan: FusionPlan, *, allow_mixed: bool = False) -> None:

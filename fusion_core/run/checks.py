@@ -1,6 +1,6 @@
 """Inference checks: fused vs original, per fused module and end to end, error and speed.
 
-The original model (:func:`fusion_core.run.loading.load_plain`) runs on seeded inputs of
+The original model (:func:`fusion_core.run.loading.load_original`, on the same plan) runs on seeded inputs of
 the right kind at the requested :class:`~fusion_core.boundary.options.Workload`
 (:mod:`fusion_core.run.inputs`, or the checkpoint's own processor for ``image=``/``prompt=``);
 forward pre-hooks capture the real inputs of every module to be fused. Each fused module
@@ -226,7 +226,7 @@ def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Pro
         yield Progress(5, 6, "upstream parity (separate process)")
         from .upstream import run_upstream
 
-        result.upstream = run_upstream(src, plan, dtype, workload.seed, result, workload)
+        result.upstream = run_upstream(plan, workload, result)
     result.seconds = time.perf_counter() - t0
     yield Progress(6, 6, "checked")
     return result

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..boundary.options import DTYPES, OptionError
 from ..errors import CheckpointError, LoadError
-from ..plan.layout import listed
+from ..plan.layout import listed, require_checkpoint
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from .results import FusedModule, LoadReport
 
@@ -340,7 +340,7 @@ def iter_load(
     plan, rebuilt = unpolluted(plan)
     src = plan.source
     require_weights(src)
-    plan.require_checkpoint()
+    require_checkpoint(plan)
     layout = plan.layout if plan.layout in ("original", "fused") else "none"
     if plan.legacy_fused:  # transformers splits the stored fused projections; we fuse in place after
         layout = "original"
@@ -421,7 +421,7 @@ def load_original(plan: FusionPlan, *, dtype: str | torch.dtype = "float32", dev
     """The original, unfused model of ``plan``, exactly as its weights say.
 
     Built on the plan's own opened model and source; the checkpoint is validated against
-    the plan once (:meth:`FusionPlan.require_checkpoint`, shared with the fused load of a
+    the plan once (:func:`~fusion_core.plan.layout.require_checkpoint`, shared with the fused load of a
     check; some families fused and others not is fine here). Never triggers transformers'
     own fusion. The keys the checkpoint holds in the fused layout (a checkpoint exported
     with ``fusion_config``, planned with its families) are converted back to the original layout on the way in (exact: the inverse transforms
@@ -435,7 +435,7 @@ def load_original(plan: FusionPlan, *, dtype: str | torch.dtype = "float32", dev
     src = plan.source
     require_weights(src)
     config = plain_config(src.config)
-    plan.require_checkpoint(allow_mixed=True)  # the keys held fused are unfused; the others are original already
+    require_checkpoint(plan, allow_mixed=True)  # the keys held fused are unfused; the others are original already
     if any(ct.present == "fused" for ct in plan.checkpoint_transforms):
         model = from_pretrained(src, config, wanted, state_dict=_original_state_dict(src, plan))
     else:
