@@ -120,7 +120,7 @@ def _fused_copy(module: nn.Module, family: str) -> nn.Module:
 
     spec = get_family(family)
     fused = copy.deepcopy(module)
-    target = next((m for _p, m in fused.named_modules() if spec.check(m).ok), None)
+    target = next((m for _p, m in fused.named_modules() if spec.judge(m).ok), None)
     if target is None:
         raise RuntimeError(f"{type(module).__name__} has nothing {family!r} can fuse")
     spec.fuse_module(target)
@@ -129,6 +129,7 @@ def _fused_copy(module: nn.Module, family: str) -> nn.Module:
 
 def measure(case: Case, dtype_name: str, budget: float) -> dict[str, Any]:
     """Speedup of the fused module over the original, with its 95% interval (the engine's timing)."""
+    from fusion_core.boundary.options import TimingOptions
     from fusion_core.run.timing import measure as timed
 
     dtype = getattr(torch, dtype_name)
@@ -139,7 +140,7 @@ def measure(case: Case, dtype_name: str, budget: float) -> dict[str, Any]:
     with torch.inference_mode():
         ref, out = run(module, dtype).float(), run(fused, dtype).float()
         diff = (ref - out).abs().max().item()
-        t = timed(lambda: run(module, dtype), lambda: run(fused, dtype), min_rounds=7, budget_s=budget)
+        t = timed(lambda: run(module, dtype), lambda: run(fused, dtype), TimingOptions(min_rounds=7, budget_s=budget))
     return {
         "family": case.family,
         "case": case.label,

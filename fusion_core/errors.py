@@ -2,15 +2,30 @@
 
 Every error names the file, key or family concerned and says what to do. The CLI maps
 ``exit_code`` to its process exit status; the GUI shows ``str(error)`` in a dialog.
+A message that tells the user to change a setting names the *option*
+(``allow_copy_as_is``), never a command-line flag, and lists it in ``options``
+(:func:`naming`): the CLI shows each as its flag.
 """
 
 from __future__ import annotations
+
+from typing import TypeVar
+
+E = TypeVar("E", bound="FusionError")
 
 
 class FusionError(Exception):
     """Base of every error the engine raises on purpose (exit code 1)."""
 
     exit_code = 1
+    #: the option names (``fusion_core.boundary.options``, ``trust_remote_code``...) the message names
+    options: tuple[str, ...] = ()
+
+
+def naming(error: E, *options: str) -> E:
+    """``error``, recording that its message names ``options`` (the CLI shows them as flags)."""
+    error.options = options
+    return error
 
 
 class UsageError(FusionError):

@@ -19,7 +19,12 @@ from typing import Any
 
 from ..errors import UsageError
 
-#: the dtypes a check or load runs in, with their tolerance (atol, rtol): the one table
+#: the dtypes a check or load runs in, with their tolerance (atol, rtol): the one table.
+#: A check passes when max |fused - original| <= atol + rtol * max |original|. float32: a
+#: reshape-only fusion differs only by summation order. bfloat16/float16: the Conv and the
+#: GEMM may round differently (bf16 keeps 8 significant bits, one step is 2**-8 = 0.4%
+#: relative; fp16 11 bits, 0.05%), and differences grow through the layers after the fused
+#: module: rtol is about 5 (bf16) and 8 (fp16) such steps of the output scale.
 DTYPE_TOLERANCES: dict[str, tuple[float, float]] = {
     "float32": (1e-5, 1e-5),
     "bfloat16": (1e-2, 2e-2),
@@ -48,7 +53,7 @@ def _at_least(option: str, value: int | float | None, low: int | float, kind: ty
         return
     if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
         raise OptionError(option, f"must be {'a number' if kind is float else 'an integer'}, got {value!r:.40}")
-    if value < low:
+    if not value >= low:  # NaN too
         raise OptionError(option, f"must be at least {low}, got {value}")
 
 

@@ -26,10 +26,25 @@ def seed_arg(text: str) -> int:
 
 def device_arg(text: str) -> str:
     """``--device``: a torch device that exists on this machine (``cpu``, ``cuda``, ``cuda:1``, ``mps``)."""
-    from ..errors import UsageError
+    from ..boundary.options import OptionError
     from ..run.checks import check_device
 
     try:
         return check_device(printable(text[:60]))
-    except UsageError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("--device ")) from None
+    except OptionError as e:
+        raise argparse.ArgumentTypeError(e.detail) from None
+
+
+#: option names (``fusion_core.boundary.options``) whose flag is not ``--`` + the name with dashes
+_FLAGS = {
+    "min_rounds": "--repeats",
+    "budget_s": "--time-budget",
+    "upstream": "--no-upstream",
+    "verify_outputs": "--no-verify-outputs",
+    "allow_copy_as_is": "--copy-as-is",
+}
+
+
+def flag_of(option: str) -> str:
+    """The command-line flag of an option: ``batch`` -> ``--batch``, ``min_rounds`` -> ``--repeats``."""
+    return _FLAGS.get(option, "--" + option.replace("_", "-"))

@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..boundary.options import DTYPES
 from .args import device_arg, seed_arg
 from .output import print_json, run_with_progress, table
-
-DTYPE_CHOICES = ("float32", "bfloat16", "float16")
 
 
 def register(sub: Any) -> None:
@@ -56,7 +55,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="NAME[:OPTION=VALUE,...]",
         help="family to apply, with its options if any (repeatable; default: the config's own fusion_config)",
     )
-    p.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="weights and compute dtype")
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and compute dtype")
     p.add_argument("--device", type=device_arg, default="cpu", help="torch device (default cpu)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -67,77 +66,69 @@ def _fusion_config(args: argparse.Namespace) -> dict[str, Any] | None:
     return fusion_config_of(args.fusion) if args.fusion else None
 
 
+def _plan(args: argparse.Namespace) -> Any:
+    from ..plan.fusion_plan import as_plan
+
+    return as_plan(args.model, _fusion_config(args), trust_remote_code=args.trust_remote_code)
+
+
 def cmd_load(args: argparse.Namespace) -> int:
     from ..run.loading import iter_load
 
-    gen = iter_load(
-        args.model,
-        _fusion_config(args),
-        dtype=args.dtype,
-        device=args.device,
-        trust_remote_code=args.trust_remote_code,
-    )
+    gen = iter_load(_plan(args), dtype=args.dtype, device=args.device)
     result = run_with_progress(gen, desc="load", quiet=args.json)
     report = result.report()
     if args.json:
         print_json(report)
         return 0
-    print(f"{report['model']}: {report['model_class']}, {report['dtype']} on {report['device']}")
-    print(f"checkpoint layout: {report['checkpoint_layout']}; fusion_config: {report['fusion_config'] or 'none'}")
-    print("missing keys: 0, unexpected keys: 0")
-    if report["fused_modules"]:
-        print(
-            table(
-                [(m["module"], m["family"], m["class"]) for m in report["fused_modules"]], ["fused", "family", "class"]
-            )
-        )
+    print(f"{report.model}: {report.model_class}, {report.dtype} on {report.device}")
+    print(f"checkpoint layout: {report.checkpoint_layout}; fusion_config: {report.fusion_config or 'none'}")
+    print(f"missing keys: {len(report.missing_keys)}, unexpected keys: {len(report.unexpected_keys)}")
+    if report.fused_modules:
+        print(table([(m.module, m.family, m.class_name) for m in report.fused_modules], ["fused", "family", "class"]))
     else:
         print("no module fused")
-    if report["transforms"]:
+    if report.transforms:
         print(
             table(
-                [(r["source_key"], r["op"], r["target_key"]) for r in report["transforms"]],
+                [(r["source_key"], r["op"], r["target_key"]) for r in report.transforms],
                 ["checkpoint key", "op", "fused key"],
             )
         )
-    for message in report["messages"]:
+    for message in report.messages:
         print(f"note: {message}")
-    rss = f", peak RSS {report['peak_rss_mb']:.0f} MiB" if report["peak_rss_mb"] is not None else ""
-    print(f"loaded in {report['seconds']:.2f} s{rss}")
+    rss = f", peak RSS {report.peak_rss_mb:.0f} MiB" if report.peak_rss_mb is not None else ""
+    print(f"loaded in {report.seconds:.2f} s{rss}")
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from ..boundary.options import CheckOptions
     from ..errors import UsageError
+    from ..model.sources import resolve
+    from ..plan.fusion_plan import as_plan
     from ..run.checks import iter_check
-    from ..run.loading import resolve_source
 
-    if args.repeats < 1:
-        raise UsageError("check: --repeats must be at least 1")
-    if not args.time_budget >= 0:
-        raise UsageError("check: --time-budget must be >= 0")
-    source = resolve_source(args.model, args.trust_remote_code)
-    if not args.fusion and getattr(source.config, "fusion_config", None) is None:
-        raise UsageError("check: give at least one --fusion NAME (see `fusion-core families`); the config has none")
-    gen = iter_check(
-        source,
-        _fusion_config(args),
+    options = CheckOptions.build(  # validated before the model opens: an OptionError names the flag
         dtype=args.dtype,
-        repeats=args.repeats,
-        upstream=not args.no_upstream,
         device=args.device,
         seed=args.seed,
-        trust_remote_code=args.trust_remote_code,
+        batch=args.batch,
+        seq_len=args.seq_len,
         image_size=args.image_size,
         frames=args.frames,
-        seq_len=args.seq_len,
-        batch=args.batch,
+        repeats=args.repeats,
+        time_budget=args.time_budget,
+        upstream=not args.no_upstream,
         threads=args.threads,
         image=args.image,
         prompt=args.prompt,
         modules_only=args.modules_only,
-        time_budget=args.time_budget,
     )
+    source = resolve(args.model, trust_remote_code=args.trust_remote_code)
+    if not args.fusion and getattr(source.config, "fusion_config", None) is None:
+        raise UsageError("check: give at least one --fusion NAME (see `fusion-core families`); the config has none")
+    gen = iter_check(as_plan(source, _fusion_config(args)), options)
     result = run_with_progress(gen, desc="check", quiet=args.json)
     if args.json:
         print_json(result)
@@ -166,7 +157,7 @@ def format_check(result: Any) -> str:
     tol = result.tolerance
     lines = [
         f"{result.model}: {result.model_class}, {', '.join(result.fusion_config) or 'no fusion'}, "
-        f"{result.dtype} on {result.device} (pass: max|diff| <= {tol['atol']:g} + {tol['rtol']:g} x max|original|)"
+        f"{result.dtype} on {result.device} (pass: max|diff| <= {tol.atol:g} + {tol.rtol:g} x max|original|)"
     ]
     if result.nothing_to_fuse:
         lines += result.messages

@@ -12,7 +12,7 @@ from .output import print_json, run_with_progress, table
 
 
 def register(sub: Any) -> None:
-    from ..export.writer import DEFAULT_MAX_SHARD_SIZE
+    from ..boundary.options import DEFAULT_MAX_SHARD_SIZE
 
     p = sub.add_parser(
         "export",
@@ -65,21 +65,13 @@ def register(sub: Any) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from ..boundary.options import ExportOptions
     from ..errors import UsageError
     from ..export.pipeline import iter_export
     from ..plan.fusion_plan import as_plan
     from .inspect import fusion_config_of
 
-    plan = as_plan(args.model, fusion_config_of(args.fusion) or None, trust_remote_code=args.trust_remote_code)
-    own = getattr(plan.source.config, "fusion_config", None)
-    if not args.fusion and not own and not args.copy_as_is:
-        raise UsageError(
-            "export: give at least one --fusion NAME (see `fusion-core families`), or --copy-as-is "
-            "(the checkpoint's config.json has no fusion_config to reuse)"
-        )
-    gen = iter_export(
-        plan,
-        args.out,
+    options = ExportOptions(  # validated before the model opens: an OptionError names the flag
         layout=args.layout,
         max_shard_size=args.max_shard_size,
         overwrite=args.overwrite,
@@ -87,9 +79,19 @@ def cmd_export(args: argparse.Namespace) -> int:
         allow_copy_as_is=args.copy_as_is,
         on_wrong_load=args.on_wrong_load,
     )
+    plan = as_plan(args.model, fusion_config_of(args.fusion) or None, trust_remote_code=args.trust_remote_code)
+    own = getattr(plan.source.config, "fusion_config", None)
+    if not args.fusion and not own and not args.copy_as_is:
+        raise UsageError(
+            "export: give at least one --fusion NAME (see `fusion-core families`), or --copy-as-is "
+            "(the checkpoint's config.json has no fusion_config to reuse)"
+        )
+    gen = iter_export(plan, args.out, options)
     result = run_with_progress(gen, desc="export", quiet=args.json)
     for note in result.verification.notes:  # e.g. leftovers of a killed export, removed
         print(f"fusion-core: note: {printable(note)}", file=sys.stderr)
+    for message in result.messages:  # e.g. the checkpoint's own families, added to the plan
+        print(f"fusion-core: note: {printable(message)}", file=sys.stderr)
     if args.json:
         print_json(result)
         return 0

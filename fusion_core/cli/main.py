@@ -11,12 +11,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 
+from ..boundary.options import OptionError
 from ..errors import FusionError, UsageError, one_line
 from ..text import printable
 from . import diff, execute, export, inspect
+from .args import flag_of
 
 # the command groups, registered explicitly (a wrong name fails at import, never skipped)
 COMMAND_GROUPS = (inspect, execute, export, diff)
@@ -52,6 +55,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _message(e: FusionError, command: str) -> str:
+    """One line for ``e``, naming flags where the engine names options.
+
+    An :class:`OptionError` starts with its flag (``check: --batch must be at least 1``);
+    the options another error's message names (``FusionError.options``) become their flags.
+    """
+    if isinstance(e, OptionError):
+        detail = " ".join(str(e.detail).split())
+        return f"{command + ': ' if command else ''}{flag_of(e.option)} {detail}"
+    text = one_line(e)
+    for option in e.options:
+        text = re.sub(rf"(?<![\w-]){re.escape(option)}(?![\w-])", flag_of(option), text)
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``fusion-core`` with ``argv`` and return the exit status.
 
@@ -71,12 +89,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+    command = ""
     try:
         parser = build_parser()
         try:
             args = parser.parse_args(argv)
         except SystemExit as e:  # --help / --version printed; argparse errors raise UsageError
             return int(e.code or 0)
+        command = args.command
         for path in args.family_file:
             from ..families import load_family_file
 
@@ -88,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FusionError as e:
         if debug:
             raise
-        print(f"fusion-core: error: {printable(one_line(e))}", file=sys.stderr)
+        print(f"fusion-core: error: {printable(_message(e, command))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("fusion-core: interrupted", file=sys.stderr)

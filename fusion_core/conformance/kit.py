@@ -248,7 +248,7 @@ def _bitwise(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _transforms_invert(plan: FusionPlan, seed: int) -> tuple[bool, str]:
     import torch
 
-    model = plan.inspection.model  # type: ignore[union-attr]
+    model = plan.inspection.model
     shapes_of = {k: tuple(v.shape) for k, v in model.state_dict(keep_vars=True).items()}
     transforms = plan.transforms
     if not transforms:
@@ -343,18 +343,18 @@ def _fused_forward(plan: FusionPlan, seed: int, runs: dict[str, Any]) -> tuple[b
 
 def _sample_inputs_forward(plan: FusionPlan, runs: dict[str, Any], rec: _Recorder) -> None:
     """Each fused module against the original on the family's own sample inputs."""
-    from ..families.base import Workload
+    from ..boundary.options import Workload
 
     fam = plan.families[0]
     spec = fam.spec
-    config = plan.inspection.source.config  # type: ignore[union-attr]
+    config = plan.source.config
 
     def run() -> tuple[bool, str] | None:
         checked = 0
         for m in fam.discovery.matches:
             original = runs["plain"].get_submodule(m.path)
             try:
-                args, kwargs = spec.sample_inputs(original, config, Workload())  # type: ignore[union-attr]
+                args, kwargs = spec.sample_inputs(original, config, Workload())
             except NotImplementedError:
                 return True, "skipped: no sample inputs"
             ok, detail = _compare(
@@ -409,7 +409,7 @@ def _fused_layout(fused_dir: Path, runs: dict[str, Any]) -> tuple[bool, str]:
 
 
 def _no_leak(plan: FusionPlan, folder: Path) -> tuple[bool, str]:
-    cls = plan.inspection.source.model_class  # type: ignore[union-attr]
+    cls = plan.inspection.source.model_class
     moved = [
         c.__name__
         for c in plan.patch_mapping

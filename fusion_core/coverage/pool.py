@@ -21,7 +21,7 @@ from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import FusionError
+from ..errors import FusionError, naming
 from ..progress import Progress
 
 _POLL = 0.25  # seconds between progress steps while waiting for workers
@@ -99,9 +99,12 @@ def scan_in_pool(
                 _drain(heartbeat, run.inflight)
                 if not run.inflight:
                     codes = sorted({p.exitcode for p in run.processes.values()}, key=str)
-                    raise FusionError(
-                        f"coverage: the worker processes could not start (exit code {codes}); "
-                        "run with --jobs 0 to scan in this process and see the error"
+                    raise naming(
+                        FusionError(
+                            f"coverage: the worker processes could not start (exit code {codes}); "
+                            "run with jobs 0 to scan in this process and see the error"
+                        ),
+                        "jobs",
                     )
                 suspects = run.blame(results, solo)
                 isolate.extend([t] for t in sorted(suspects))

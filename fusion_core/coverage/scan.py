@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..boundary.convert import converter, from_plain
+from ..boundary.options import OptionError
 from ..errors import UsageError
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 
@@ -175,7 +176,7 @@ def coverage_scan(
     if jobs is None:
         jobs = _cpus()
     if jobs < 0:
-        raise UsageError(f"--jobs must be 0 or more, got {jobs}")
+        raise OptionError("jobs", f"must be 0 or more, got {jobs}")
     t0 = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
     if jobs == 0:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExportError, UsageError
+from ..errors import ExportError, UsageError, naming
 from ..model.checkpoint import INDEX_FILE, SINGLE_FILE, allowed_roots
 from . import staging
 from .staging import clean_stale, make_temp_sibling, remove_tree, sync_folder
@@ -117,14 +117,20 @@ def check_destination(source_folder: Path, out_dir: str | os.PathLike[str], *, o
         except OSError as e:
             raise ExportError(f"{out}: cannot be read ({e.strerror or e})") from None
         if names and not overwrite:
-            raise ExportError(
-                f"{out}: is not empty; pass --overwrite to replace it (the old folder is kept until the new "
-                "one is complete and verified)"
+            raise naming(
+                ExportError(
+                    f"{out}: is not empty; set overwrite to replace it (the old folder is kept until the new "
+                    "one is complete and verified)"
+                ),
+                "overwrite",
             )
         if names and not _is_model_export(names):
-            raise ExportError(
-                f"{out}: is not empty and holds no model export (config.json with safetensors weights); "
-                "--overwrite only replaces a previous export. Choose a new or empty folder"
+            raise naming(
+                ExportError(
+                    f"{out}: is not empty and holds no model export (config.json with safetensors weights); "
+                    "overwrite only replaces a previous export. Choose a new or empty folder"
+                ),
+                "overwrite",
             )
         replaces = bool(names)
     return Destination(out, replaces, exists, notes)

@@ -21,17 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, ExportError, UsageError
+from ..boundary.options import LAYOUTS, ON_WRONG_LOAD, ExportOptions, OptionError
+from ..errors import CheckpointError, ExportError, naming
 from ..model.checkpoint import INDEX_FILE, CheckpointIndex, open_shard
 from ..plan.fusion_config import GUARD_PREFIX
-from ..plan.fusion_plan import as_plan
-from ..plan.layout import check_layout, check_shapes
+from ..plan.layout import require_checkpoint
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from . import files as fs
 from .consumers import LOADS_EXACTLY, LOADS_WRONG, transformers_accepts
 from .result import Consumer, ExportResult, ExportVerification, OutputFile, SkippedFile
 from .rules import check_dtypes, check_original_keys, guard, legacy_tensors, matched_config, with_own_families
-from .writer import DEFAULT_MAX_SHARD_SIZE, OutTensor, iter_write, parse_size, plan_shards, write_text
+from .writer import OutTensor, iter_write, plan_shards, write_text
 
 if TYPE_CHECKING:
     import torch
@@ -39,10 +39,7 @@ if TYPE_CHECKING:
     from ..model.sources import ModelSource
     from ..plan.fusion_plan import CheckpointTransform, FusionConfig, FusionPlan, Inspection
 
-LAYOUTS = ("fused", "original")
-#: what to do with a fused export that stock transformers would load wrong: write it so
-#: that transformers refuses it loudly (family names prefixed with GUARD_PREFIX), or refuse it
-ON_WRONG_LOAD = ("guard", "refuse")
+__all__ = ["LAYOUTS", "ON_WRONG_LOAD", "ExportResult", "ExportVerification", "export", "iter_export"]
 
 
 @dataclass
@@ -86,48 +83,38 @@ class _Producer:
 
 
 def iter_export(
-    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
-    fusion_config: FusionConfig | None = None,
-    *,
-    layout: str = "fused",
-    max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
-    overwrite: bool = False,
-    verify_outputs: bool = True,
-    allow_copy_as_is: bool = False,
-    trust_remote_code: bool = False,
-    sync: bool = True,
-    on_wrong_load: str = "guard",
+    plan: FusionPlan, out_dir: str | os.PathLike[str], options: ExportOptions
 ) -> Generator[Progress, None, ExportResult]:
-    """Export ``source``'s checkpoint to ``out_dir`` in ``layout``, streaming and verified.
+    """Export the checkpoint of ``plan`` to ``out_dir``, streaming and verified.
 
     Args:
-        source: the :class:`FusionPlan` to export (what the user previewed), or a model
-            folder (or any spec :func:`fusion_core.resolve` takes that has weights), a
-            resolved source, or an opened model.
-        out_dir: the folder to create (or replace, with ``overwrite``).
-        fusion_config: the fusions when ``source`` is not a plan, e.g. ``{"patch_embeddings": True}``;
-            ``None`` uses the checkpoint's own ``fusion_config``. Families the checkpoint is
-            already fused with are always part of the export (first, in their order): a
-            fused checkpoint can gain families, and the original layout unfuses them all.
-        layout: ``"fused"`` (keys of the fused modules, ``fusion_config`` in config.json)
-            or ``"original"`` (the model's own layout, no ``fusion_config``). The source
-            may hold either; :attr:`FusionPlan.layout` tells which.
-        max_shard_size: as ``save_pretrained``'s (default ``"50GB"``).
-        overwrite: replace a non-empty ``out_dir`` (only once the new one is complete).
-        verify_outputs: load the export back and compare its outputs with the source
-            model's, and try its consumers (our loader and stock transformers, in a child
-            process: :mod:`fusion_core.export.consumers`); turn off for a checkpoint too
-            large to load here.
-        allow_copy_as_is: export a model with nothing to fuse unchanged.
-        trust_remote_code: passed to :func:`fusion_core.resolve`.
-        sync: fsync the written files before the final rename.
-        on_wrong_load: when stock transformers would load the fused export wrong (it
-            knows a family's name but not these modules): ``"guard"`` writes the family
-            names as ``"fusion_core:<name>"``, which transformers refuses loudly and our
-            loader reads; ``"refuse"`` refuses the export with the reason. Without
-            ``verify_outputs`` nothing is tried, and every family name transformers
-            accepts is guarded.
+        plan: the :class:`FusionPlan` to export (what the user previewed; a model folder
+            with safetensors weights). :func:`export` builds one from a source and a
+            ``fusion_config``. Families the checkpoint is already fused with are always
+            part of the export (first, in their order): a fused checkpoint can gain
+            families, and the original layout unfuses them all. That wider plan is a new
+            plan object (:func:`~fusion_core.export.rules.with_own_families`), the one the
+            result's ``fusion_config`` shows, with a message saying so.
+        out_dir: the folder to create (or replace, with ``options.overwrite``).
+        options: an :class:`~fusion_core.boundary.options.ExportOptions`:
+
+            - ``layout``: ``"fused"`` (keys of the fused modules, ``fusion_config`` in
+              config.json) or ``"original"`` (the model's own layout, no ``fusion_config``).
+              The source may hold either; :attr:`FusionPlan.layout` tells which.
+            - ``max_shard_size``: as ``save_pretrained``'s (default ``"50GB"``).
+            - ``overwrite``: replace a non-empty ``out_dir`` (only once the new one is complete).
+            - ``verify_outputs``: load the export back and compare its outputs with the
+              source model's, and try its consumers (our loader and stock transformers, in a
+              child process: :mod:`fusion_core.export.consumers`); turn off for a checkpoint
+              too large to load here.
+            - ``allow_copy_as_is``: export a model with nothing to fuse unchanged.
+            - ``sync``: fsync the written files before the final rename.
+            - ``on_wrong_load``: when stock transformers would load the fused export wrong
+              (it knows a family's name but not these modules): ``"guard"`` writes the
+              family names as ``"fusion_core:<name>"``, which transformers refuses loudly
+              and our loader reads; ``"refuse"`` refuses the export with the reason.
+              Without ``verify_outputs`` nothing is tried, and every family name
+              transformers accepts is guarded.
 
     Yields:
         Progress (bytes of tensor data written, then the verification steps).
@@ -136,7 +123,6 @@ def iter_export(
         An :class:`ExportResult`.
 
     Raises:
-        UsageError: a bad ``layout`` or ``max_shard_size``, or an unknown family.
         ModelSourceError, CheckpointError: the source cannot be read.
         LoadError: the checkpoint is in neither layout (or both), or its shapes do not
             match its config.
@@ -144,23 +130,22 @@ def iter_export(
             verification. Nothing is left at ``out_dir`` (an old folder stays as it was).
     """
     t0 = time.perf_counter()
-    if layout not in LAYOUTS:
-        raise UsageError(f"unknown layout {layout!r}; use 'fused' or 'original'")
-    if on_wrong_load not in ON_WRONG_LOAD:
-        raise UsageError(f"unknown on_wrong_load {on_wrong_load!r}; use 'guard' or 'refuse'")
-    parse_size(max_shard_size)
+    layout, verify_outputs, sync = options.layout, options.verify_outputs, options.sync
     yield Progress(0, 0, "planning")
-    plan = with_own_families(as_plan(source, fusion_config, trust_remote_code=trust_remote_code))
+    plan, widened = with_own_families(plan)
     insp = plan.inspection
     src = insp.source
+    trust_remote_code = src.trust_remote_code
     ckpt = src.checkpoint
     if ckpt is None or src.folder is None:
         raise ExportError(f"{src.name}: has no weights to export (give a model folder with safetensors weights)")
-    if plan.is_empty and not allow_copy_as_is:
+    if plan.is_empty and not options.allow_copy_as_is:
         why = "; ".join(plan.messages) or "no module matches the enabled fusions"
-        raise ExportError(f"{src.name}: nothing to fuse ({why}); pass --copy-as-is to export it unchanged")
-    check_layout(plan, src, allow_mixed=True)
-    check_shapes(insp, plan)
+        raise naming(
+            ExportError(f"{src.name}: nothing to fuse ({why}); set allow_copy_as_is to export it unchanged"),
+            "allow_copy_as_is",
+        )
+    require_checkpoint(plan, allow_mixed=True)
     legacy = plan.legacy_fused and layout == "fused"
     groups = [] if plan.legacy_fused else _groups(plan, layout, src.folder)
     check_dtypes(groups, ckpt)
@@ -170,7 +155,7 @@ def iter_export(
     else:
         outputs = _out_tensors(ckpt, groups)
         producer = _Producer(ckpt, groups)
-    wplan = plan_shards(outputs, max_shard_size, total_parameters=_source_parameters(ckpt))
+    wplan = plan_shards(outputs, options.shard_bytes, total_parameters=_source_parameters(ckpt))
     config = _read_config(src.folder)
     if plan.is_empty:  # copied as is: config.json too, unless the original layout was asked for
         recorded = config.get("fusion_config") if layout == "fused" else None
@@ -182,7 +167,7 @@ def iter_export(
     config_text = fs.export_config(config, fusion_config=recorded)
     others, skipped = fs.plan_other_files(src.folder, set(ckpt.files) | {ckpt.index_file or ""})
 
-    dest = fs.check_destination(src.folder, out_dir, overwrite=overwrite)
+    dest = fs.check_destination(src.folder, out_dir, overwrite=options.overwrite)
     tmp = fs.make_temp_sibling(dest.path)
     finished = False
     total = wplan.total_size
@@ -215,11 +200,15 @@ def iter_export(
             consumers = _consumers(src.folder, tmp, dest.path, plan, trust_remote_code)
             if recorded is not None and _status(consumers, "transformers") == LOADS_WRONG:
                 wrong = _detail(consumers, "transformers")
-                if on_wrong_load == "refuse":
-                    raise ExportError(
-                        f"stock transformers would load this export wrong ({wrong}); nothing was written. "
-                        "Export with on_wrong_load='guard' (--on-wrong-load guard) to write it so that "
-                        "transformers refuses it, or use --layout original"
+                if options.on_wrong_load == "refuse":
+                    raise naming(
+                        ExportError(
+                            f"stock transformers would load this export wrong ({wrong}); nothing was written. "
+                            "Export with on_wrong_load guard to write it so that transformers refuses it, "
+                            "or with layout original"
+                        ),
+                        "on_wrong_load",
+                        "layout",
                     )
                 recorded, guarded = guard(recorded), True
                 (tmp / fs.CONFIG_FILE).unlink()  # our own file, in our temporary folder
@@ -259,6 +248,7 @@ def iter_export(
         consumers=consumers,
         written_fusion_config=recorded,
         guarded=guarded,
+        messages=[widened] if widened else [],
     )
 
 
@@ -267,17 +257,43 @@ def export(
     out_dir: str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,
     *,
+    options: ExportOptions | None = None,
+    trust_remote_code: bool = False,
     progress: ProgressCallback | None = None,
     cancel: CancelToken | None = None,
-    **options: Any,
+    **settings: Any,
 ) -> ExportResult:
-    """Run :func:`iter_export` to completion (same arguments, plus progress and cancel).
+    """Export ``source`` to ``out_dir``: the convenient form of :func:`iter_export`.
+
+    Args:
+        source: a :class:`FusionPlan`, or a model folder (or any spec
+            :func:`fusion_core.resolve` takes that has weights), a resolved source or an
+            opened model, planned here with ``fusion_config`` (``None``: the checkpoint's
+            own ``fusion_config``).
+        out_dir: the folder to create.
+        fusion_config: the families, when ``source`` is not a plan, e.g. ``{"patch_embeddings": True}``.
+        options: an :class:`~fusion_core.boundary.options.ExportOptions`; or, instead, its
+            fields as keyword ``settings`` (``layout``, ``max_shard_size``, ``overwrite``,
+            ``verify_outputs``, ``allow_copy_as_is``, ``sync``, ``on_wrong_load``).
+        trust_remote_code: passed to :func:`fusion_core.resolve` (specs only).
+        progress, cancel: a progress callback and a cancel token.
 
     Raises:
         Cancelled: ``cancel`` was set; nothing was left at ``out_dir``.
+        OptionError: a bad setting (named by its option).
         The errors of :func:`iter_export`.
     """
-    return drive(iter_export(source, out_dir, fusion_config, **options), progress, cancel)
+    from ..plan.fusion_plan import as_plan
+
+    if options is not None and settings:
+        raise OptionError(sorted(settings)[0], "given next to an options object")
+    if options is None:
+        unknown = sorted(set(settings) - set(ExportOptions.__dataclass_fields__))
+        if unknown:
+            raise OptionError(unknown[0], "is not an option of export")
+        options = ExportOptions(**settings)
+    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
+    return drive(iter_export(plan, out_dir, options), progress, cancel)
 
 
 def _consumers(folder: Path, written: Path, dest: Path, plan: FusionPlan, trust: bool) -> list[Consumer]:

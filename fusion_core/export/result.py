@@ -74,7 +74,7 @@ class ExportResult:
     PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
         "source", "out_dir", "layout", "source_layout", "fusion_config", "files", "total_bytes", "tensors",
         "transformed", "copied_files", "skipped_files", "verification", "replaced_existing", "seconds",
-        "written_fusion_config", "guarded", "consumers",
+        "written_fusion_config", "guarded", "consumers", "messages",
     )  # fmt: skip
 
     source: str
@@ -96,6 +96,8 @@ class ExportResult:
     written_fusion_config: dict[str, Any] | None = None
     #: family names were prefixed so that stock transformers refuses the export
     guarded: bool = False
+    #: what the export did to the plan it was given (e.g. the checkpoint's own families added first)
+    messages: list[str] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:

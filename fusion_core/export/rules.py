@@ -35,14 +35,16 @@ def legacy_tensors(plan: FusionPlan) -> tuple[list[OutTensor], Callable[[OutTens
     Not streamed: the model is in memory once, in the checkpoint's dtype; the written keys
     are the fused model's own names.
     """
+    from ..boundary.options import DTYPES
     from ..model.checkpoint import TORCH_TO_ST
-    from ..run.loading import load
+    from ..progress import drive
+    from ..run.loading import iter_load
 
     ckpt = plan.source.checkpoint
     assert ckpt is not None
     first = next(iter(ckpt.tensors.values()))
     dtype = next((k for k, v in TORCH_TO_ST.items() if v == first.dtype), "float32")
-    model = load(plan, dtype=dtype if dtype in ("float32", "float16", "bfloat16") else "float32").model
+    model = drive(iter_load(plan, dtype=dtype if dtype in DTYPES else "float32")).model
     state: dict[str, Any] = {}
     seen: set[int] = set()
     for key, tensor in model.state_dict().items():
@@ -56,20 +58,29 @@ def legacy_tensors(plan: FusionPlan) -> tuple[list[OutTensor], Callable[[OutTens
     return outputs, lambda t: state[t.key]
 
 
-def with_own_families(plan: FusionPlan) -> FusionPlan:
+def with_own_families(plan: FusionPlan) -> tuple[FusionPlan, str]:
     """``plan`` plus the families the checkpoint is already fused with (first, in their order).
 
     A fused checkpoint re-exported with other families keeps (or, in the original layout,
     undoes) the ones it has; without them its fused keys would be copied as they are.
+
+    Returns:
+        ``(plan, "")`` when ``plan`` already holds them, else a new, wider plan on the same
+        opened model and a message saying which families it added (the export shows it).
     """
     insp = plan.inspection
     own = getattr(insp.source.config, "fusion_config", None)
     if not own:
-        return plan
+        return plan, ""
     own_enabled = {name: (opts or True) for name, opts in validate_fusion_config(own)}
-    if all(name in plan.fusion_config for name in own_enabled):
-        return plan
-    return insp.plan({**own_enabled, **plan.fusion_config})
+    added = [name for name in own_enabled if name not in plan.fusion_config]
+    if not added:
+        return plan, ""
+    wider = insp.plan({**own_enabled, **plan.fusion_config})
+    return wider, (
+        f"the checkpoint is already fused with {', '.join(map(repr, added))}: the export's plan includes "
+        f"{'it' if len(added) == 1 else 'them'} (families: {', '.join(wider.fusion_config)})"
+    )
 
 
 def matched_config(plan: FusionPlan) -> dict[str, Any]:

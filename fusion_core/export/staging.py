@@ -118,7 +118,7 @@ def _roll_back(journal: Path, dest: Path) -> list[str]:
         old = None
     if old is not None and old.parent == dest.parent and not os.path.lexists(dest) and old.is_dir():
         os.rename(old, dest)
-        notes.append(f"restored {dest.name} from {old.name}: an --overwrite was killed between its two renames")
+        notes.append(f"restored {dest.name} from {old.name}: an overwriting export was killed between its two renames")
     try:
         journal.unlink()
     except OSError:

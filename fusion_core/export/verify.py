@@ -29,7 +29,8 @@ def compare_outputs(source: ModelSource, out_folder: Path, plan: FusionPlan, lay
     Args:
         source: the exported model.
         out_folder: the written (not yet moved into place) export.
-        plan: the export's plan (which modules are fused).
+        plan: the export's plan (which modules are fused; the source model is loaded from it,
+            on its opened model, validated once).
         layout: ``"fused"`` or ``"original"``, as exported.
 
     Returns:
@@ -43,11 +44,11 @@ def compare_outputs(source: ModelSource, out_folder: Path, plan: FusionPlan, lay
 
     from ..errors import FusionError
     from ..run.checks import compare, main_output
-    from ..run.loading import load, load_plain
+    from ..run.loading import load, load_original, load_plain
 
     trust = source.trust_remote_code
     fused = layout == "fused" and not plan.is_empty
-    reference = load_plain(source, dtype="float32", trust_remote_code=trust).eval()
+    reference = load_original(plan, dtype="float32").eval()
     try:
         if fused:
             exported = load(str(out_folder), None, dtype="float32", trust_remote_code=trust).model.eval()

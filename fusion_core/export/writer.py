@@ -21,15 +21,14 @@ import errno
 import json
 import math
 import os
-import re
 import struct
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, ExportError, UsageError
+from ..boundary.options import parse_size
+from ..errors import CheckpointError, ExportError
 from ..model.checkpoint import DTYPE_SIZES, INDEX_FILE, SINGLE_FILE, ST_TO_TORCH, TensorInfo, safe_member
 from ..progress import Progress
 from .staging import fault_point
@@ -37,8 +36,6 @@ from .staging import fault_point
 if TYPE_CHECKING:
     import torch
 
-#: transformers 5.24's ``save_pretrained(max_shard_size=...)`` default
-DEFAULT_MAX_SHARD_SIZE = "50GB"
 SHARD_PATTERN = "model{suffix}.safetensors"
 METADATA = {"format": "pt"}
 # Bytes moved per step: big enough to be fast, small enough for a prompt cancel.
@@ -73,41 +70,6 @@ _READ_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC"
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
 # copy_file_range refuses some pairs of files (other file systems, devices): use read + write
 _NO_FAST_COPY = {errno.EINVAL, errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM}
-MAX_SHARD_SIZE = 2**63 - 1  # a file offset
-_SIZE_UNITS = {"TB": 10**12, "GB": 10**9, "MB": 10**6, "KB": 10**3}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]B)?\s*$", re.IGNORECASE)
-
-
-def parse_size(value: int | str) -> int:
-    """Parse a shard size like ``save_pretrained`` does: ``"5GB"`` is 5e9 bytes.
-
-    Args:
-        value: bytes as an int, or a string with an optional unit (KB, MB, GB, TB).
-
-    Returns:
-        The size in bytes (at least 1).
-
-    Raises:
-        UsageError: a value that is not a positive size.
-    """
-    if isinstance(value, bool):
-        raise UsageError(f"invalid shard size {value!r}: give e.g. 5GB, 200MB or a number of bytes")
-    if isinstance(value, int):
-        size = value
-    else:
-        m = _SIZE_RE.match(str(value))
-        if m is None:
-            raise UsageError(f"invalid shard size {value!r}: give e.g. 5GB, 200MB or a number of bytes")
-        digits, unit = m.group(1), m.group(2)
-        if len(digits) > 30:  # float() of 400 digits is infinity
-            raise UsageError(f"invalid shard size {value[:40]!r}...: too large")
-        number = Decimal(digits)
-        size = int(number * _SIZE_UNITS[unit.upper()]) if unit else int(number)
-    if size < 1:
-        raise UsageError(f"invalid shard size {value!r}: must be positive")
-    if size > MAX_SHARD_SIZE:
-        raise UsageError(f"invalid shard size {str(value)[:40]!r}: larger than {MAX_SHARD_SIZE} bytes")
-    return size
 
 
 @dataclass(frozen=True)
@@ -358,7 +320,6 @@ def iter_write(
     produce: Producer,
     *,
     sync: bool = True,
-    done_before: int = 0,
     total: int | None = None,
 ) -> Generator[Progress, None, list[Path]]:
     """Write every shard of ``plan`` (and the index) into ``folder``, streaming.
@@ -369,7 +330,7 @@ def iter_write(
         source_folder: where ``OutTensor.raw`` files live.
         produce: returns the tensor for an output without ``raw`` (a transformed tensor).
         sync: fsync each file once written.
-        done_before, total: progress offsets in bytes, when this is part of a larger job.
+        total: the bytes progress counts up to (default: the plan's), when this is part of a larger job.
 
     Yields:
         Progress in bytes of tensor data.
@@ -383,7 +344,7 @@ def iter_write(
         OSError: from the file system (the caller turns it into a message).
     """
     total = plan.total_size if total is None else total
-    done = done_before
+    done = 0
     written: list[Path] = []
     sources: dict[str, int] = {}
     buffer = bytearray(_FALLBACK_BUFFER)

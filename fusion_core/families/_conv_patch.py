@@ -138,7 +138,7 @@ class ConvPatchFusion(FusionSpec):
     def _dims(self) -> int:
         return {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}[self.conv_type]
 
-    def check(self, module: nn.Module) -> Verdict:
+    def judge(self, module: nn.Module) -> Verdict:
         conv_name = self.conv_type.__name__
         convs = [(n, c) for n, c in module.named_children() if isinstance(c, nn.modules.conv._ConvNd)]
         exact = [(n, c) for n, c in convs if type(c) is self.conv_type]

@@ -274,7 +274,7 @@ class LinearGroupFusion(FusionSpec):
                 return why
         return None
 
-    def check(self, module: nn.Module) -> Verdict:
+    def judge(self, module: nn.Module) -> Verdict:
         children = module._modules
         if isinstance(module, _CONTAINERS):
             return Verdict.no(f"{type(module).__name__} is a container, not a module with its own forward")
@@ -351,7 +351,7 @@ class LinearGroupFusion(FusionSpec):
         """
         if getattr(type(module), "_fusion_family", None) == self.name:
             return  # already fused
-        verdict = self.check(module)
+        verdict = self.judge(module)
         if not verdict.ok:
             raise ValueError(f"{type(module).__name__} cannot be fused by {self.name!r}: {verdict.reason}")
         fused = self.fused_class(type(module))

@@ -2,7 +2,7 @@
 
 The protocol follows the reference mechanism (``target_modules_patterns``, ``is_fusable``,
 ``make_fused_class``, ``make_transforms``, an empty-result message) plus what an inspector
-needs: :meth:`FusionSpec.check` returns a :class:`Verdict` with a human reason, and
+needs: :meth:`FusionSpec.judge` returns a :class:`Verdict` with a human reason, and
 :meth:`FusionSpec.fuse_module` converts one loaded module in place.
 """
 
@@ -105,7 +105,7 @@ class FusionSpec:
         return re.compile("|".join(f"(?:{p})" for p in self.target_modules_patterns))
 
     def is_candidate(self, path: str, module: nn.Module) -> bool:
-        """Pre-filter by module path (``target_modules_patterns``); ``check`` decides."""
+        """Pre-filter by module path (``target_modules_patterns``); ``judge`` decides."""
         return self._pattern is None or self._pattern.search(path) is not None
 
     def near_miss(self, path: str, module: nn.Module) -> str | None:
@@ -118,12 +118,12 @@ class FusionSpec:
         """
         return None
 
-    def check(self, module: nn.Module) -> Verdict:
+    def judge(self, module: nn.Module) -> Verdict:
         """Decide whether ``module`` can be fused; the reason is shown to the user."""
         raise NotImplementedError
 
     def is_fusable(self, module: nn.Module) -> bool:
-        return self.check(module).ok
+        return self.judge(module).ok
 
     def fused_class(self, original_cls: type) -> type:
         """The (cached) fused replacement of ``original_cls``: one class per original class."""
@@ -245,7 +245,7 @@ def fused_subclass(original_cls: type, mixin: type, family: str, namespace: Mapp
     return fused
 
 
-_REQUIRED = ("check", "make_fused_class", "make_transforms", "fuse_module")
+_REQUIRED = ("judge", "make_fused_class", "make_transforms", "fuse_module")
 
 
 def validate_spec(spec: object, origin: str = "") -> FusionSpec:
@@ -259,6 +259,11 @@ def validate_spec(spec: object, origin: str = "") -> FusionSpec:
         raise TypeError(f"{spec!r}{where} is not a FusionSpec instance")
     if not spec.name or not re.fullmatch(r"[a-z][a-z0-9_]*", spec.name):
         raise TypeError(f"{type(spec).__name__}{where}: name {spec.name!r} must be lower_snake_case")
+    if any("check" in vars(k) for k in type(spec).__mro__):
+        raise TypeError(
+            f"{type(spec).__name__}{where} defines check(module): that method is now judge(module) "
+            "(docs/extending.md); rename it"
+        )
     missing = [m for m in _REQUIRED if getattr(type(spec), m) is getattr(FusionSpec, m)]
     if missing:
         raise TypeError(f"{type(spec).__name__}{where} does not implement {', '.join(missing)}")

@@ -273,12 +273,16 @@ class Host:
     def _check(self, p: CheckParams) -> Generator[Any, None, Any]:
         plan = self._plan(p.session, p.fusion_config)
         log.info("checks: %s, %s, %s", plan.model, list(plan.fusion_config), p.options)
-        return (yield from _legacy_check(plan, p.options))
+        from ..run.checks import iter_check
+
+        return (yield from iter_check(plan, p.options))
 
     def _export(self, p: ExportParams) -> Generator[Any, None, Any]:
         plan = self._plan(p.session, p.fusion_config)
         log.info("export: %s -> %s, %s", plan.model, p.out_dir, p.options)
-        return (yield from _legacy_export(plan, p.out_dir, p.options))
+        from ..export.pipeline import iter_export
+
+        return (yield from iter_export(plan, p.out_dir, p.options))
 
     def _plan_view(self, p: PlanParams) -> Any:
         from ..plan.view import plan_view
@@ -330,48 +334,6 @@ class Host:
 
     def _close(self, p: SessionParams) -> None:
         self._sessions.pop(p.session, None)
-
-
-# INTEGRATION (opts): iter_check(plan, options) and iter_export(plan, out_dir, options) take the
-# option objects on the "opts" branch; these two adapters flatten them into today's keywords
-# and go with that change (call iter_check / iter_export directly).
-def _legacy_check(plan: Any, options: Any) -> Generator[Any, None, Any]:
-    from ..run.checks import iter_check
-
-    wl, timing = options.workload, options.timing
-    return iter_check(
-        plan,
-        dtype=wl.dtype,
-        device=wl.device,
-        seed=wl.seed,
-        batch=wl.batch,
-        seq_len=wl.seq_len,
-        image_size=wl.image_size,
-        frames=wl.frames,
-        repeats=timing.min_rounds,
-        time_budget=timing.budget_s,
-        upstream=options.upstream,
-        threads=options.threads,
-        image=options.image,
-        prompt=options.prompt,
-        modules_only=options.modules_only,
-    )
-
-
-def _legacy_export(plan: Any, out_dir: str, options: Any) -> Generator[Any, None, Any]:
-    from ..export.pipeline import iter_export
-
-    return iter_export(
-        plan,
-        out_dir,
-        layout=options.layout,
-        max_shard_size=options.max_shard_size,
-        overwrite=options.overwrite,
-        verify_outputs=options.verify_outputs,
-        allow_copy_as_is=options.allow_copy_as_is,
-        sync=options.sync,
-        on_wrong_load=options.on_wrong_load,
-    )
 
 
 def main() -> int:

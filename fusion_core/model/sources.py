@@ -39,7 +39,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, ConfigError, ModelSourceError, RemoteCodeError, UnsafeModelError, one_line
+from ..errors import CheckpointError, ConfigError, ModelSourceError, RemoteCodeError, UnsafeModelError, naming, one_line
 from .checkpoint import CheckpointIndex, read_index, safe_member
 from .classes import model_class_for, resolve_model_class
 from .limits import GENERATION_CONFIG, check_config_costs, side_file_limit
@@ -214,12 +214,15 @@ def config_from_dict(
     notes = [] if notes is None else notes
     files = remote_code_files(data)
     if files and not trust_remote_code:
-        raise RemoteCodeError(
-            f"{where}: config.json asks for custom code ({', '.join(files)}), which could do anything "
-            "on this machine, so it is not opened. Fusion Inspector never runs a model's own code: "
-            "to inspect it with the class transformers ships for its model_type instead, opt in with "
-            "--trust-remote-code (CLI) or by confirming in the app",
-            files,
+        raise naming(
+            RemoteCodeError(
+                f"{where}: config.json asks for custom code ({', '.join(files)}), which could do anything "
+                "on this machine, so it is not opened. Fusion Inspector never runs a model's own code: "
+                "to inspect it with the class transformers ships for its model_type instead, opt in with "
+                "trust_remote_code (or by confirming in the app)",
+                files,
+            ),
+            "trust_remote_code",
         )
     model_type = data.get("model_type")
     if not model_type or not isinstance(model_type, str):

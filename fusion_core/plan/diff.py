@@ -208,12 +208,9 @@ def diff_plan(plan: FusionPlan) -> PlanDiff:
         The :class:`PlanDiff`.
 
     Raises:
-        ValueError: ``plan`` has no inspection (was not built by ``Inspection.plan``).
         ModelSourceError: the fused skeleton cannot be built.
     """
     t0 = time.perf_counter()
-    if plan.inspection is None:
-        raise ValueError("this FusionPlan was not built by Inspection.plan() and has no model to compare")
     original = plan.inspection.model
     fused = build_fused_meta_model(plan) if plan.patch_mapping else original
     before, after = _shapes(original), _shapes(fused)

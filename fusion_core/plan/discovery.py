@@ -170,7 +170,7 @@ def _scan(
             if reason:
                 near.append(Rejection(path, type(module).__name__, f"not a candidate: {reason}"))
             continue
-        verdicts[id(module)] = spec.check(module)
+        verdicts[id(module)] = spec.judge(module)
         if type(module) not in candidate_classes:
             candidate_classes.append(type(module))
     # 2. patching is class-level: every instance of a candidate class is replaced, also one
@@ -183,7 +183,7 @@ def _scan(
             continue
         verdict = verdicts.get(id(module))
         if verdict is None:
-            verdict = verdicts[id(module)] = spec.check(module)
+            verdict = verdicts[id(module)] = spec.judge(module)
         items.append((path, module, verdict))
         order[path] = len(order)
     matches: list[Match] = []

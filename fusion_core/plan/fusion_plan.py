@@ -95,14 +95,15 @@ class CheckpointTransform:
 class FamilyPlan:
     """One enabled family of a plan: its options (as given) and its discovery on the model.
 
-    ``spec`` is the family configured with the options: loading fuses modules with it, so
-    the fused classes are the ones the plan shows.
+    ``spec`` is the family configured with the options: loading fuses modules with it and
+    checks make sample inputs with it, so the fused classes and the family's options are
+    the ones the plan shows.
     """
 
     name: str
     options: dict[str, Any]
     discovery: Discovery
-    spec: FusionSpec | None = field(default=None, repr=False, compare=False)
+    spec: FusionSpec = field(repr=False, compare=False)
 
     @property
     def effective_options(self) -> dict[str, Any]:
@@ -122,18 +123,34 @@ class FusionPlan:
     checkpoint_transforms: list[CheckpointTransform]
     has_checkpoint: bool
     layout: str  # "original" | "fused" | "mixed" | "none" (no checkpoint or nothing to fuse)
-    seconds: float = 0.0
-    messages: list[str] = field(default_factory=list)
     #: the opened model this plan was built on (meta model, tree, source): load, check and
     #: export run on it, so what the user previewed is what runs
-    inspection: Inspection | None = field(default=None, repr=False, compare=False)
+    inspection: Inspection = field(repr=False, compare=False)
+    seconds: float = 0.0
+    messages: list[str] = field(default_factory=list)
+    #: the strictest checkpoint validation passed so far ("" none, "mixed", "strict"):
+    #: see :func:`fusion_core.plan.layout.require_checkpoint`
+    checkpoint_validated: str = field(default="", init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.inspection, Inspection):
+            raise TypeError(f"a FusionPlan needs the Inspection it was built on, got {type(self.inspection).__name__}")
 
     @property
     def source(self) -> ModelSource:
         """The model source the plan was built for."""
-        if self.inspection is None:
-            raise ValueError("this FusionPlan was not built by Inspection.plan() and has no source")
         return self.inspection.source
+
+    def spec(self, family: str) -> FusionSpec:
+        """The family ``family`` as this plan configured it (its options).
+
+        Raises:
+            KeyError: ``family`` is not in the plan.
+        """
+        for fam in self.families:
+            if fam.name == family:
+                return fam.spec
+        raise KeyError(family)
 
     @property
     def patch_mapping(self) -> dict[type, type]:
@@ -167,20 +184,6 @@ class FusionPlan:
             direction: ``"load"`` (original -> fused) or ``"save"`` (fused -> original).
         """
         return [row for ct in self.checkpoint_transforms for row in ct.rows(direction)]
-
-    def key_map(self, direction: str = "load") -> dict[str, tuple[str, ...]]:
-        """Checkpoint key -> the key(s) it becomes in the other layout, for every transformed key.
-
-        Args:
-            direction: ``"load"`` (original -> fused: q, k, v -> (qkv,)) or ``"save"``
-                (fused -> original: qkv -> (q, k, v)).
-        """
-        out: dict[str, tuple[str, ...]] = {}
-        for ct in self.checkpoint_transforms:
-            src, dst = (ct.source_keys, ct.target_keys) if direction == "load" else (ct.target_keys, ct.source_keys)
-            for key in src:
-                out[key] = tuple(dst)
-        return out
 
 
 def _family_plain(fam: FamilyPlan) -> dict[str, Any]:
@@ -478,8 +481,10 @@ def as_plan(
 ) -> FusionPlan:
     """The plan to run: ``target`` itself when it is a plan, else one built on it (once).
 
-    load, check and export take a :class:`FusionPlan` (what the user previewed) or, for
-    convenience, a source plus ``fusion_config``; this is where the two meet.
+    Inside the engine, load, check and export take a :class:`FusionPlan` (what the user
+    previewed); the convenient forms (:func:`fusion_core.load`, :func:`fusion_core.check`,
+    :func:`fusion_core.export`, :func:`fusion_core.load_plain`) and the CLI take a source
+    plus ``fusion_config`` and build the plan here.
 
     Args:
         target: a plan, an opened model, a resolved source or a model spec.
@@ -489,13 +494,11 @@ def as_plan(
             ``fusion_config`` (a fused-layout export records one).
 
     Raises:
-        UsageError: a plan and a different ``fusion_config``, or a plan with no inspection.
+        UsageError: a plan and a different ``fusion_config``.
         UnknownFamilyError, InvalidFusionConfigError, FamilyConflictError: a bad ``fusion_config``.
         ModelSourceError: the source cannot be opened.
     """
     if isinstance(target, FusionPlan):
-        if target.inspection is None:
-            raise UsageError("a FusionPlan made by hand cannot run; build it with Inspection.plan()")
         if fusion_config is not None:
             wanted = {name: (opts or True) for name, opts in validate_fusion_config(fusion_config)}
             if wanted != target.fusion_config:

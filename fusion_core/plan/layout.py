@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING
 from ..errors import LoadError
 
 if TYPE_CHECKING:
-    from ..model.sources import ModelSource
-    from .fusion_plan import FusionPlan, Inspection
+    from .fusion_plan import FusionPlan
 
-__all__ = ["check_layout", "check_shapes", "listed"]
+__all__ = ["check_layout", "check_shapes", "listed", "require_checkpoint"]
 
 _MAX_LISTED = 20
 
@@ -22,7 +21,30 @@ def listed(keys: list[str]) -> str:
     return shown + (f" (and {len(keys) - _MAX_LISTED} more)" if len(keys) > _MAX_LISTED else "")
 
 
-def check_layout(plan: FusionPlan, source: ModelSource, *, allow_mixed: bool = False) -> None:
+def require_checkpoint(plan: FusionPlan, *, allow_mixed: bool = False) -> None:
+    """Validate the checkpoint against ``plan`` (layout and shapes, from headers), once per plan.
+
+    :func:`check_layout` and :func:`check_shapes` run the first time only (the outcome is
+    kept on the plan): a check's fused load and its original, or an export and its
+    verification, share it.
+
+    Args:
+        plan: the plan, its transforms located in the checkpoint.
+        allow_mixed: accept some families fused and others not (see :func:`check_layout`).
+
+    Raises:
+        LoadError: a checkpoint in neither layout (or both), or shapes that do not match its config.
+    """
+    done = plan.checkpoint_validated
+    if done == "strict" or (allow_mixed and done == "mixed"):
+        return
+    check_layout(plan, allow_mixed=allow_mixed)
+    if not done:
+        check_shapes(plan)
+    plan.checkpoint_validated = "mixed" if allow_mixed else "strict"
+
+
+def check_layout(plan: FusionPlan, *, allow_mixed: bool = False) -> None:
     """Refuse a checkpoint that is in neither layout, or in both at once.
 
     A legacy fused checkpoint (:attr:`FusionPlan.legacy_fused`: transformers computes the
@@ -30,7 +52,6 @@ def check_layout(plan: FusionPlan, source: ModelSource, *, allow_mixed: bool = F
 
     Args:
         plan: the plan, its transforms located in the checkpoint.
-        source: the model source (for the message).
         allow_mixed: accept some families fused and others not (an export of a fused
             checkpoint that gains a family, or is unfused); keys in neither layout are
             still refused.
@@ -38,7 +59,7 @@ def check_layout(plan: FusionPlan, source: ModelSource, *, allow_mixed: bool = F
     Raises:
         LoadError: naming the keys expected in each layout.
     """
-    where = str(source.folder)
+    where = str(plan.source.folder)
     if plan.legacy_fused:  # stored fused, split by transformers' own conversion: a plain load, then fusion
         return
     _refuse_tied(plan, where)
@@ -68,8 +89,6 @@ def _refuse_tied(plan: FusionPlan, where: str) -> None:
     The checkpoint stores a tied tensor once, so the other module's keys are in neither
     layout; fusing each module on its own would untie them.
     """
-    if plan.inspection is None:
-        return
     params = dict(plan.inspection.model.named_parameters(remove_duplicate=False))
     owner: dict[int, str] = {}
     for t in plan.transforms:
@@ -86,12 +105,13 @@ def _refuse_tied(plan: FusionPlan, where: str) -> None:
                 )
 
 
-def check_shapes(insp: Inspection, plan: FusionPlan) -> None:
-    """Compare every checkpoint tensor's shape (from headers) with the model's, before loading.
+def check_shapes(plan: FusionPlan) -> None:
+    """Compare every checkpoint tensor's shape (from headers) with the plan's model's, before loading.
 
     Raises:
         LoadError: naming each key whose shape does not match the config.
     """
+    insp = plan.inspection
     ckpt = insp.source.checkpoint
     if ckpt is None:
         return

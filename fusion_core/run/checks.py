@@ -1,14 +1,15 @@
 """Inference checks: fused vs original, per fused module and end to end, error and speed.
 
-The original model (:func:`fusion_core.run.loading.load_plain`) runs on seeded inputs of
-the right kind at the requested :class:`~fusion_core.families.base.Workload`
+The original model (:func:`fusion_core.run.loading.load_original`, on the same plan) runs on seeded inputs of
+the right kind at the requested :class:`~fusion_core.boundary.options.Workload`
 (:mod:`fusion_core.run.inputs`, or the checkpoint's own processor for ``image=``/``prompt=``);
 forward pre-hooks capture the real inputs of every module to be fused. Each fused module
 then runs on exactly those inputs next to its original ("verified by end-to-end inputs").
 A module the end-to-end run does not reach (text-only inputs of a VL model, inputs the
 model refuses) runs on inputs its family makes for it ("module sample inputs",
-:meth:`~fusion_core.families.base.FusionSpec.sample_inputs`); one for which none can be
-made carries that error: a check that passes never leaves a fused module unverified.
+:meth:`~fusion_core.families.base.FusionSpec.sample_inputs`, the family as the plan
+configured it); one for which none can be made carries that error: a check that passes
+never leaves a fused module unverified.
 
 ``modules_only`` (or a model too large for memory) materializes only the matched modules
 from the checkpoint (:mod:`fusion_core.run.modules`) and checks them on sample inputs.
@@ -29,17 +30,20 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckError, UsageError
+from ..boundary.options import CheckOptions, OptionError, TimingOptions, Workload
+from ..errors import CheckError
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from .capture import capture_and_run, shapes_of
-from .loading import iter_load, load_plain, torch_dtype, unpolluted, upstream_fusion_suspended
+from .loading import iter_load, load_original, unpolluted, upstream_fusion_suspended
 from .results import (
     TOLERANCES,
+    CheckedWorkload,
     CheckResult,
     Comparison,
     EndToEndCheck,
     ModuleCheck,
     Timing,
+    Tolerance,
     compare,
     main_output,
     tensors_of,
@@ -63,7 +67,6 @@ __all__ = [
 if TYPE_CHECKING:
     from torch import nn
 
-    from ..families.base import Workload
     from ..model.sources import ModelSource
     from ..plan.fusion_plan import FusionConfig, FusionPlan, Inspection
 
@@ -75,28 +78,28 @@ def check_device(device: str) -> str:
     """``device`` if torch can use it here.
 
     Raises:
-        UsageError: an unknown device, or one this machine does not have (one line).
+        OptionError: an unknown device, or one this machine does not have (option ``device``).
     """
     import torch
 
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError) as e:
-        raise UsageError(f"--device {device!r}: not a torch device (cpu, cuda, cuda:N, mps)") from e
+        raise OptionError("device", f"{device!r:.40}: not a torch device (cpu, cuda, cuda:N, mps)") from e
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise UsageError(f"--device {device}: CUDA is not available on this machine")
+            raise OptionError("device", f"{device}: CUDA is not available on this machine")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise UsageError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+            raise OptionError("device", f"{device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise UsageError(f"--device {device}: MPS is not available on this machine")
+        raise OptionError("device", f"{device}: MPS is not available on this machine")
     elif dev.type not in ("cpu", "cuda", "mps"):
-        raise UsageError(f"--device {device}: only cpu, cuda and mps are supported")
+        raise OptionError("device", f"{device}: only cpu, cuda and mps are supported")
     return str(dev)
 
 
 def available_devices() -> list[str]:
-    """cpu, plus cuda / mps where this machine has them (what ``--device`` accepts here)."""
+    """cpu, plus cuda / mps where this machine has them (the devices a check accepts here)."""
     import torch
 
     devices = ["cpu"]
@@ -107,134 +110,81 @@ def available_devices() -> list[str]:
     return devices
 
 
-def iter_check(
-    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
-    fusion_config: FusionConfig | None = None,
-    *,
-    dtype: str = "float32",
-    repeats: int = 5,
-    upstream: bool = True,
-    device: str = "cpu",
-    seed: int = 0,
-    trust_remote_code: bool = False,
-    image_size: int | None = None,
-    frames: int | None = None,
-    seq_len: int | None = None,
-    batch: int = 1,
-    threads: int | None = None,
-    image: str | os.PathLike[str] | None = None,
-    prompt: str | None = None,
-    modules_only: bool = False,
-    time_budget: float = 2.0,
-) -> Generator[Progress, None, CheckResult]:
-    """Check ``source`` fused with ``fusion_config`` against the original, as a progress generator.
+def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, None, CheckResult]:
+    """Check ``plan`` (fused) against the original model, as a progress generator.
 
     Args:
-        source: the :class:`FusionPlan` to check, or an opened model, source or spec with weights.
-        fusion_config: families to check when ``source`` is not a plan (``None``: the config's own ``fusion_config``).
-        dtype: ``float32``, ``bfloat16`` or ``float16``; sets the tolerance (see :data:`TOLERANCES`).
-        repeats: timed rounds always run per timing (more follow until the interval is tight).
-        upstream: also load through transformers' own fusion in a separate process.
-        device: where both models run (``cpu``, ``cuda``, ``cuda:N``, ``mps``).
-        seed: seed of the synthetic inputs.
-        trust_remote_code: see :func:`fusion_core.model.sources.resolve`.
-        image_size: image side in pixels (``None``: the model's processor or config size).
-        frames: video frames (``None``: the model's).
-        seq_len: text tokens (``None``: 128, within the model's positions).
-        batch: rows per run.
-        threads: CPU threads for torch during the check (``None``: torch's default).
-        image: an image file for real inputs, through the checkpoint's own processor files.
-        prompt: text for real inputs, through the checkpoint's own tokenizer files.
-        modules_only: check only the matched modules, materialized from the checkpoint by key.
-        time_budget: seconds each timing may spend tightening its interval.
+        plan: the :class:`FusionPlan` to check (what the user previewed; a model with
+            weights). :func:`check` builds one from a source and a ``fusion_config``.
+        options: the workload (dtype, device, seed, sizes), the timing, upstream parity,
+            threads, real inputs (``image``, ``prompt``) and ``modules_only``.
 
     Returns:
         A :class:`CheckResult`; ``result.passed`` says whether every check of ours passed.
 
     Raises:
-        UsageError: a bad workload value or device.
+        OptionError: a device this machine does not have, or an image file that is not there.
         LoadError, CheckpointError, ModelSourceError: from loading.
     """
     import torch
 
-    from ..families.base import Workload
+    if options.image is not None and not Path(options.image).is_file():
+        raise OptionError("image", f"{options.image}: no such file")
+    device = check_device(options.workload.device)
+    if device != options.workload.device:
+        from dataclasses import replace
 
-    for name, value in (("--batch", batch), ("--image-size", image_size), ("--frames", frames), ("--seq-len", seq_len)):
-        if value is not None and value < 1:
-            raise UsageError(f"check: {name} must be at least 1")
-    if threads is not None and threads < 1:
-        raise UsageError("check: --threads must be at least 1")
-    if image is not None and not Path(image).is_file():
-        raise UsageError(f"check: --image {image}: no such file")
-    device = check_device(device)
-    dtype_name = str(torch_dtype(dtype)).removeprefix("torch.")
-    workload = Workload(batch, seq_len, image_size, frames, dtype_name, device, seed)
+        options = replace(options, workload=replace(options.workload, device=device))
+    # a plan made while transformers' own fusion had patched classes: rebuilt first (a new
+    # plan, said in the result), before the patches are suspended for the check
+    plan, rebuilt = unpolluted(plan)
     saved_threads = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
+    if options.threads:
+        torch.set_num_threads(options.threads)
     try:
         with upstream_fusion_suspended() as polluted:
-            result = yield from _run(
-                source, fusion_config, workload, repeats, upstream, trust_remote_code, image, prompt,
-                modules_only, time_budget,
-            )  # fmt: skip
+            result = yield from _run(plan, options, rebuilt)
         result.messages[:0] = polluted
-        result.workload["threads"] = torch.get_num_threads()
+        result.workload = CheckedWorkload.of(options.workload, torch.get_num_threads())
     finally:
         torch.set_num_threads(saved_threads)
     return result
 
 
-def _run(
-    source: Any,
-    fusion_config: Any,
-    workload: Workload,
-    repeats: int,
-    upstream: bool,
-    trust_remote_code: bool,
-    image: Any,
-    prompt: str | None,
-    modules_only: bool,
-    budget: float,
-) -> Generator[Progress, None, CheckResult]:
-    from dataclasses import asdict
-
-    from ..plan.fusion_plan import as_plan
+def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Progress, None, CheckResult]:
     from .loading import require_weights
     from .modules import fits_in_memory
     from .verdicts import family_verdicts, project
 
     t0 = time.perf_counter()
+    workload = options.workload
     dtype, device = workload.dtype, workload.device
     yield Progress(0, 6, "opening model")
     # one meta model and one plan for the whole check: the fused load, the original and upstream use them
-    source, fusion_config = unpolluted(source, fusion_config)
-    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
     src = plan.source
     require_weights(src)
-    atol, rtol = TOLERANCES[dtype]
     result = CheckResult(
         model=src.name,
         model_class=src.model_class.__name__,
         fusion_config=plan.fusion_config,
         dtype=dtype,
         device=device,
-        repeats=repeats,
+        repeats=options.timing.min_rounds,
         seed=workload.seed,
-        tolerance={"atol": atol, "rtol": rtol, "rule": "max|fused-original| <= atol + rtol * max|original|"},
-        messages=list(plan.messages),
-        workload={k: v for k, v in asdict(workload).items() if k not in ("dtype", "device")},
+        tolerance=Tolerance.of(dtype),
+        messages=[rebuilt, *plan.messages] if rebuilt else list(plan.messages),
+        workload=CheckedWorkload.of(workload),
     )
     if not plan.matched_paths:
         result.nothing_to_fuse = True
         result.messages.append(f"nothing to fuse in {src.model_class.__name__}: no check to run")
         result.seconds = time.perf_counter() - t0
         return result
-    timing = {"min_rounds": repeats, "budget_s": budget, "device": device, "seed": workload.seed}
-    too_big = "" if modules_only else fits_in_memory(plan, dtype, device)
-    if modules_only or too_big:
+    timing = options.timing
+    too_big = "" if options.modules_only else fits_in_memory(plan, dtype, device)
+    if options.modules_only or too_big:
         result.modules_only = True
-        reason = "--modules-only" if modules_only else too_big
+        reason = "modules only (each fused module alone, read from the checkpoint)" if options.modules_only else too_big
         result.end_to_end = EndToEndCheck("", "", "", {}, None, None, skipped=f"not run: {reason}")
         for i, path in enumerate(plan.matched_paths):
             yield Progress(2, 6, f"checking {path} ({i + 1}/{len(plan.matched_paths)}, alone)")
@@ -244,10 +194,10 @@ def _run(
         loaded = yield from _relay(iter_load(plan, dtype=dtype, device=device), 1, 6)
         result.load = loaded.report()
         yield Progress(2, 6, "loading the original model")
-        original = load_plain(plan.inspection, dtype=dtype, device=device)
+        original = load_original(plan, dtype=dtype, device=device)
         paths = list(loaded.fused_modules)
         yield Progress(3, 6, "running the original model end to end")
-        inputs, captured, out_original, skipped = _end_to_end_inputs(original, paths, workload, src, image, prompt)
+        inputs, captured, out_original, skipped = _end_to_end_inputs(original, paths, workload, src, options)
         for i, path in enumerate(paths):
             yield Progress(4, 6, f"checking {path} ({i + 1}/{len(paths)})")
             mod_o, mod_f = original.get_submodule(path), loaded.model.get_submodule(path)
@@ -258,7 +208,7 @@ def _run(
         if skipped:
             result.end_to_end = EndToEndCheck("", "", "", {}, None, None, skipped=f"not run: {skipped}")
         else:
-            result.end_to_end = _check_end_to_end(inputs, original, loaded.model, out_original, dtype, timing)
+            result.end_to_end = _check_end_to_end(inputs, original, loaded.model, out_original, workload, timing)
             _shares(result, original, inputs, device)
         del original, loaded
     project(result)
@@ -270,13 +220,13 @@ def _run(
     if noisy:
         result.warnings.append(
             f"too noisy to tell: the 95% interval stayed wider than ±25% for {', '.join(noisy)} "
-            "(a busy machine? raise --repeats, use --threads, or close other programs)"
+            "(a busy machine? raise the rounds, set the threads, or close other programs)"
         )
-    if upstream:
+    if options.upstream:
         yield Progress(5, 6, "upstream parity (separate process)")
         from .upstream import run_upstream
 
-        result.upstream = run_upstream(src, plan, dtype, workload.seed, result, workload)
+        result.upstream = run_upstream(plan, workload, result)
     result.seconds = time.perf_counter() - t0
     yield Progress(6, 6, "checked")
     return result
@@ -293,15 +243,15 @@ def _relay(gen: Generator[Progress, None, Any], stage: int, total: int) -> Gener
 
 
 def _end_to_end_inputs(
-    original: nn.Module, paths: list[str], workload: Workload, src: Any, image: Any, prompt: str | None
+    original: nn.Module, paths: list[str], workload: Workload, src: ModelSource, options: CheckOptions
 ) -> tuple[Any, dict[str, tuple[tuple, dict]], Any, str]:
     """(inputs, captured module inputs, original output, "" or why end to end cannot run)."""
     candidates = None
     notes: list[str] = []
-    if image is not None or prompt is not None:
+    if options.image is not None or options.prompt is not None:
         from .real_inputs import processor_inputs
 
-        candidates, notes = processor_inputs(original, src, image, prompt, workload)
+        candidates, notes = processor_inputs(original, src, options.image, options.prompt, workload)
     try:
         inputs, captured, out = capture_and_run(
             original, paths, workload.seed, workload.device, workload, candidates=candidates
@@ -320,12 +270,12 @@ def _end_to_end_inputs(
 
 def _check_module(
     path: str,
-    plan: Any,
+    plan: FusionPlan,
     mod_o: nn.Module,
     mod_f: nn.Module,
     captured: tuple[tuple, dict] | None,
     workload: Workload,
-    timing: dict[str, Any],
+    timing: TimingOptions,
     end_to_end_failed: bool,
 ) -> ModuleCheck:
     family = plan.matched_paths[path]
@@ -338,43 +288,49 @@ def _check_module(
         if check.error:
             return check
         check.verified_by = BY_SAMPLES
-    _compare_and_time(check, mod_o, mod_f, args, kwargs, workload.dtype, timing)
+    _compare_and_time(check, mod_o, mod_f, args, kwargs, workload, timing)
     return check
 
 
 def _samples(
-    check: ModuleCheck, module: nn.Module, plan: Any, workload: Workload, end_to_end_failed: bool
+    check: ModuleCheck, module: nn.Module, plan: FusionPlan, workload: Workload, end_to_end_failed: bool
 ) -> tuple[tuple, dict]:
-    from ..families.registry import get_family
-
     why = "end to end did not run" if end_to_end_failed else "the end-to-end run did not call it"
-    try:
-        return get_family(check.family).sample_inputs(module, plan.source.config, workload)
+    try:  # the family as the plan configured it: its options shape the sample inputs too
+        return plan.spec(check.family).sample_inputs(module, plan.source.config, workload)
     except (NotImplementedError, ValueError) as e:
         check.error = f"not verified: {why}, and no sample inputs: {e}"
         return (), {}
 
 
 def _compare_and_time(
-    check: ModuleCheck, mod_o: nn.Module, mod_f: nn.Module, args: tuple, kwargs: dict, dtype: str, timing: dict
+    check: ModuleCheck,
+    mod_o: nn.Module,
+    mod_f: nn.Module,
+    args: tuple,
+    kwargs: dict,
+    workload: Workload,
+    timing: TimingOptions,
 ) -> None:
     import torch
 
     check.input_shapes = shapes_of(args, kwargs)
+    w = workload
     try:
         with torch.inference_mode():
-            check.comparison = compare(mod_o(*args, **kwargs), mod_f(*args, **kwargs), dtype)
-            check.timing = measure(lambda: mod_o(*args, **kwargs), lambda: mod_f(*args, **kwargs), **timing)
+            check.comparison = compare(mod_o(*args, **kwargs), mod_f(*args, **kwargs), w.dtype)
+            check.timing = measure(
+                lambda: mod_o(*args, **kwargs), lambda: mod_f(*args, **kwargs), timing, device=w.device, seed=w.seed
+            )
     except Exception as e:  # a fused module that fails where its original runs is a finding, not a crash
         check.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
 
 
-def _module_alone(plan: Any, path: str, workload: Workload, timing: dict) -> ModuleCheck:
-    from ..families.registry import get_family
+def _module_alone(plan: FusionPlan, path: str, workload: Workload, timing: TimingOptions) -> ModuleCheck:
     from .modules import materialize
 
     family = plan.matched_paths[path]
-    spec = get_family(family)
+    spec = plan.spec(family)  # configured with the plan's options, as the fused load would be
     try:
         mod_o = materialize(plan, path, workload.dtype, workload.device)
     except CheckError as e:
@@ -386,12 +342,12 @@ def _module_alone(plan: Any, path: str, workload: Workload, timing: dict) -> Mod
     args, kwargs = _samples(check, mod_o, plan, workload, True)
     if not check.error:
         check.verified_by = BY_SAMPLES
-        _compare_and_time(check, mod_o, mod_f, args, kwargs, workload.dtype, timing)
+        _compare_and_time(check, mod_o, mod_f, args, kwargs, workload, timing)
     return check
 
 
 def _check_end_to_end(
-    inputs: Any, original: nn.Module, fused: nn.Module, out_original: Any, dtype: str, timing: dict
+    inputs: Any, original: nn.Module, fused: nn.Module, out_original: Any, workload: Workload, timing: TimingOptions
 ) -> EndToEndCheck:
     import torch
 
@@ -401,8 +357,14 @@ def _check_end_to_end(
         out_fused = entry_f(**inputs.kwargs)
         name, main_o = main_output(out_original)
         _, main_f = main_output(out_fused)
-        comparison = compare(main_o, main_f, dtype)
-        measured = measure(lambda: entry_o(**inputs.kwargs), lambda: entry_f(**inputs.kwargs), **timing)
+        comparison = compare(main_o, main_f, workload.dtype)
+        measured = measure(
+            lambda: entry_o(**inputs.kwargs),
+            lambda: entry_f(**inputs.kwargs),
+            timing,
+            device=workload.device,
+            seed=workload.seed,
+        )
     notes = list(inputs.notes)
     if inputs.entry:
         notes.append(f"{type(original).__name__} has no forward of its own; ran its submodule {inputs.entry}")
@@ -473,13 +435,34 @@ def check(
     source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,
     *,
+    options: CheckOptions | None = None,
+    trust_remote_code: bool = False,
     progress: ProgressCallback | None = None,
     cancel: CancelToken | None = None,
-    **options: Any,
+    **settings: Any,
 ) -> CheckResult:
-    """Run :func:`iter_check` to completion (with an optional progress callback and cancel token).
+    """Check ``source`` fused against the original: the convenient form of :func:`iter_check`.
 
-    ``options`` are :func:`iter_check`'s keyword arguments (dtype, repeats, upstream, device,
-    seed, image_size, frames, seq_len, batch, threads, image, prompt, modules_only...).
+    Args:
+        source: a :class:`FusionPlan`, or an opened model, a resolved source or a model
+            spec (with weights), planned here with ``fusion_config`` (``None``: the
+            config's own ``fusion_config``).
+        fusion_config: the families, when ``source`` is not a plan.
+        options: a :class:`CheckOptions`; or, instead, its flat ``settings``
+            (:meth:`CheckOptions.build`): ``dtype``, ``device``, ``seed``, ``batch``,
+            ``seq_len``, ``image_size``, ``frames``, ``repeats``, ``time_budget``,
+            ``upstream``, ``threads``, ``image``, ``prompt``, ``modules_only``.
+        trust_remote_code: see :func:`fusion_core.model.sources.resolve` (specs only).
+        progress, cancel: a progress callback and a cancel token.
+
+    Raises:
+        OptionError: a bad setting (named by its option), or options and settings both given.
+        The errors of :func:`iter_check`.
     """
-    return drive(iter_check(source, fusion_config, **options), progress, cancel)
+    from ..plan.fusion_plan import as_plan
+
+    if options is not None and settings:
+        raise OptionError(sorted(settings)[0], "given next to an options object")
+    opts = options if options is not None else CheckOptions.build(**settings)
+    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
+    return drive(iter_check(plan, opts), progress, cancel)

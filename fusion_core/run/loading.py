@@ -29,9 +29,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, LoadError, UsageError, one_line
-from ..plan.layout import check_layout, check_shapes, listed
+from ..boundary.options import DTYPES, OptionError
+from ..errors import CheckpointError, LoadError, one_line
+from ..plan.layout import listed, require_checkpoint
 from ..progress import CancelToken, Progress, ProgressCallback, drive
+from .results import FusedModule, LoadReport
 
 if TYPE_CHECKING:
     import torch
@@ -40,7 +42,8 @@ if TYPE_CHECKING:
     from ..model.sources import ModelSource
     from ..plan.fusion_plan import FusionConfig, FusionPlan, Inspection
 
-DTYPES = ("float32", "bfloat16", "float16")
+__all__ = ["DTYPES", "LoadResult", "iter_load", "load", "load_original", "load_plain", "unpolluted"]
+
 _SUSPEND_LOCK = threading.RLock()
 
 
@@ -57,28 +60,31 @@ class LoadResult:
     peak_rss_mb: float | None  # this process's peak resident memory so far (None: unknown here)
     device: str = "cpu"
     messages: list[str] = field(default_factory=list)
+    #: what ``from_pretrained`` reported (a load with either fails: empty after a load)
+    missing_keys: list[str] = field(default_factory=list)
+    unexpected_keys: list[str] = field(default_factory=list)
 
-    def report(self) -> dict[str, Any]:
-        """The load report as JSON-able data."""
+    def report(self) -> LoadReport:
+        """The load report (``fusion-core load --json``, a check's ``load``): what this load saw."""
         plan = self.plan
-        return {
-            "model": plan.model,
-            "model_class": plan.model_class,
-            "fusion_config": plan.fusion_config,
-            "checkpoint_layout": self.layout,
-            "fused_modules": [
-                {"module": path, "family": plan.matched_paths.get(path, ""), "class": _class_name(self.model, path)}
+        return LoadReport(
+            model=plan.model,
+            model_class=plan.model_class,
+            fusion_config=plan.fusion_config,
+            checkpoint_layout=self.layout,
+            fused_modules=[
+                FusedModule(path, plan.matched_paths.get(path, ""), _class_name(self.model, path))
                 for path in self.fused_modules
             ],
-            "dtype": self.dtype,
-            "device": self.device,
-            "missing_keys": [],
-            "unexpected_keys": [],
-            "transforms": plan.rows("load") if self.layout == "original" else [],
-            "seconds": round(self.seconds, 4),
-            "peak_rss_mb": None if self.peak_rss_mb is None else round(self.peak_rss_mb, 1),
-            "messages": list(self.messages),
-        }
+            dtype=self.dtype,
+            device=self.device,
+            missing_keys=list(self.missing_keys),
+            unexpected_keys=list(self.unexpected_keys),
+            transforms=plan.rows("load") if self.layout == "original" else [],
+            seconds=self.seconds,
+            peak_rss_mb=self.peak_rss_mb,
+            messages=list(self.messages),
+        )
 
 
 def _class_name(model: nn.Module, path: str) -> str:
@@ -92,7 +98,7 @@ def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """The torch dtype for a name in :data:`DTYPES` (or a torch dtype, passed through).
 
     Raises:
-        UsageError: an unsupported dtype name.
+        OptionError: an unsupported dtype name (option ``dtype``).
     """
     import torch
 
@@ -100,7 +106,7 @@ def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
         return dtype
     name = str(dtype).removeprefix("torch.")
     if name not in DTYPES:
-        raise UsageError(f"unsupported dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        raise OptionError("dtype", f"{dtype!r:.40} is not supported; choose one of {', '.join(DTYPES)}")
     return getattr(torch, name)
 
 
@@ -135,15 +141,6 @@ def plain_config(config: Any) -> Any:
             delattr(cfg, "fusion_config")
         stack.extend(v for v in vars(cfg).values() if isinstance(v, PretrainedConfig))
     return config
-
-
-def resolve_source(source: ModelSource | str | os.PathLike[str], trust_remote_code: bool = False) -> ModelSource:
-    """``source`` itself when already resolved, else :func:`fusion_core.model.sources.resolve` of it."""
-    from ..model.sources import ModelSource, resolve
-
-    if isinstance(source, ModelSource):
-        return source
-    return resolve(os.fspath(source), trust_remote_code=trust_remote_code)
 
 
 def require_weights(source: ModelSource) -> None:
@@ -181,10 +178,13 @@ def from_pretrained(
     *,
     state_dict: dict[str, Any] | None = None,
     notes: list[str] | None = None,
+    info_out: dict[str, Any] | None = None,
 ) -> nn.Module:
     """``from_pretrained`` with ``output_loading_info``; any key problem is a :class:`LoadError`.
 
     ``config`` must already be free of ``fusion_config`` (see :func:`plain_config`).
+    ``info_out``, when given, receives transformers' loading info (its missing and
+    unexpected keys: empty, since either is an error).
     """
     cls = source.model_class
     where = str(source.folder)
@@ -216,6 +216,8 @@ def from_pretrained(
         problems.append(f"errors: {'; '.join(map(str, info['error_msgs']))}")
     if problems:
         raise LoadError(f"{where}: {cls.__name__}: " + "; ".join(problems))
+    if info_out is not None:
+        info_out.update(info)
     return model
 
 
@@ -236,24 +238,30 @@ def upstream_patches() -> list[str]:
     return sorted(mp.get_patch_mapping()) if registered or mp.get_patch_mapping() else []
 
 
-def unpolluted(source: Any, fusion_config: Any) -> tuple[Any, Any]:
-    """``(source, fusion_config)`` to plan from again when transformers' fusion has patched classes.
+REBUILT = (
+    "the plan was rebuilt on the original classes: it was made while transformers' own fusion had "
+    "patched them in this process"
+)
 
-    A plan or inspection made while those patches were active was discovered on the patched
-    (upstream-fused) classes and would find nothing to fuse: it is rebuilt from its source,
-    and cached discoveries are dropped. Without patches, the arguments are returned as is.
+
+def unpolluted(plan: FusionPlan) -> tuple[FusionPlan, str]:
+    """The plan to run when transformers' own fusion has patched classes, and what was done.
+
+    A plan made while those patches were active was discovered on the patched
+    (upstream-fused) classes and would find nothing to fuse: this step builds a new plan
+    with the same ``fusion_config`` on a fresh opening of the same source (cached
+    discoveries dropped, the patches suspended) and returns it with :data:`REBUILT`, which
+    the caller shows in its result. Without patches: ``(plan, "")``, the plan itself.
     """
     if not upstream_patches():
-        return source, fusion_config
+        return plan, ""
     from ..plan.discovery import clear_cache
-    from ..plan.fusion_plan import FusionPlan, Inspection
+    from ..plan.fusion_plan import inspect_model
 
     clear_cache()
-    if isinstance(source, FusionPlan):
-        return source.source, source.fusion_config if fusion_config is None else fusion_config
-    if isinstance(source, Inspection):
-        return source.source, fusion_config
-    return source, fusion_config
+    with upstream_fusion_suspended():
+        rebuilt = inspect_model(plan.source).plan(plan.fusion_config)
+    return rebuilt, REBUILT
 
 
 @contextmanager
@@ -296,65 +304,54 @@ def upstream_fusion_suspended(notes: list[str] | None = None) -> Iterator[list[s
 
 
 def iter_load(
-    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
-    fusion_config: FusionConfig | None = None,
+    plan: FusionPlan,
     *,
     dtype: str | torch.dtype = "float32",
     device: str = "cpu",
-    trust_remote_code: bool = False,
 ) -> Generator[Progress, None, LoadResult]:
-    """Load ``source`` with ``fusion_config`` applied, as a progress generator.
+    """Load the model of ``plan`` with the plan applied, as a progress generator.
 
     Args:
-        source: the :class:`FusionPlan` to run (what the user previewed), or for
-            convenience an opened model, a resolved :class:`ModelSource` or a model spec
-            (must have weights).
-        fusion_config: the families to apply, when ``source`` is not a plan; ``None`` uses
-            the config's own ``fusion_config`` (a fused-layout export carries one), else
-            nothing is fused.
+        plan: the :class:`FusionPlan` to run (what the user previewed; a model with weights).
+            :func:`fusion_core.load` builds one from a source and a ``fusion_config``.
         dtype: ``float32``, ``bfloat16`` or ``float16``.
         device: where the model goes after loading (loading itself maps the files lazily).
-        trust_remote_code: see :func:`fusion_core.model.sources.resolve`.
 
     Returns:
-        A :class:`LoadResult`; ``result.model.config.fusion_config`` records what was applied.
+        A :class:`LoadResult`; ``result.model.config.fusion_config`` records what was applied,
+        ``result.plan`` is the plan that ran (a new one when :func:`unpolluted` rebuilt it).
 
     Raises:
         LoadError: missing, unexpected or mis-shaped keys, or a checkpoint in neither layout.
         CheckpointError, ModelSourceError: unreadable source or checkpoint.
-        UsageError: bad ``fusion_config`` or dtype.
+        OptionError: a bad dtype.
     """
-    from ..families import get_family
     from ..patching import scoped_patch
-    from ..plan.fusion_plan import as_plan
 
     t0 = time.perf_counter()
     wanted = torch_dtype(dtype)
     dtype_name = str(wanted).removeprefix("torch.")
     yield Progress(0, 4, "opening model")
-    source, fusion_config = unpolluted(source, fusion_config)
-    with upstream_fusion_suspended():
-        plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
-    insp = plan.inspection
-    src = insp.source
+    plan, rebuilt = unpolluted(plan)
+    src = plan.source
     require_weights(src)
-    check_layout(plan, src)
-    check_shapes(insp, plan)
+    require_checkpoint(plan)
     layout = plan.layout if plan.layout in ("original", "fused") else "none"
     if plan.legacy_fused:  # transformers splits the stored fused projections; we fuse in place after
         layout = "original"
     # each family as the plan configured it (its options), so the fused classes are the plan's
-    matched = [(m, fam.spec or get_family(fam.name)) for fam in plan.families for m in fam.discovery.matches]
+    matched = [(m, fam.spec) for fam in plan.families for m in fam.discovery.matches]
     total = 3 + len(matched)
     yield Progress(1, total, f"loading weights ({layout} layout)")
     config = plain_config(src.config)
-    notes = list(plan.messages)
+    notes = [rebuilt, *plan.messages] if rebuilt else list(plan.messages)
+    info: dict[str, Any] = {}
     if layout == "fused":
         # fused classes exist only while the skeleton is built and filled; never across a yield
         with scoped_patch(plan.patch_mapping):
-            model = from_pretrained(src, config, wanted, notes=notes)
+            model = from_pretrained(src, config, wanted, notes=notes, info_out=info)
     else:
-        model = from_pretrained(src, config, wanted, notes=notes)
+        model = from_pretrained(src, config, wanted, notes=notes, info_out=info)
     fused: list[str] = []
     for i, (match, spec) in enumerate(matched):
         yield Progress(2 + i, total, f"fusing {match.path}")
@@ -382,6 +379,8 @@ def iter_load(
         peak_rss_mb=peak_rss_mb(),
         device=str(device),
         messages=notes,
+        missing_keys=sorted(info.get("missing_keys") or ()),
+        unexpected_keys=sorted(info.get("unexpected_keys") or ()),
     )
 
 
@@ -395,14 +394,50 @@ def load(
     progress: ProgressCallback | None = None,
     cancel: CancelToken | None = None,
 ) -> LoadResult:
-    """Load ``source`` fused (see :func:`iter_load`), with an optional progress callback and cancel token.
+    """Load ``source`` fused, with an optional progress callback and cancel token.
+
+    The convenient form of :func:`iter_load`: ``source`` is a :class:`FusionPlan`, or an
+    opened model, a resolved :class:`ModelSource` or a model spec (with weights) planned
+    here with ``fusion_config`` (``None``: the config's own ``fusion_config``, else nothing
+    is fused); ``trust_remote_code``: see :func:`fusion_core.model.sources.resolve`.
 
     Raises:
         Cancelled: ``cancel`` was set before loading finished (nothing is left patched).
-        LoadError, CheckpointError, ModelSourceError, UsageError: see :func:`iter_load`.
+        UsageError: a bad ``fusion_config`` or dtype.
+        LoadError, CheckpointError, ModelSourceError: see :func:`iter_load`.
     """
-    gen = iter_load(source, fusion_config, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
-    return drive(gen, progress, cancel)
+    from ..plan.fusion_plan import as_plan
+
+    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
+    return drive(iter_load(plan, dtype=dtype, device=device), progress, cancel)
+
+
+def load_original(plan: FusionPlan, *, dtype: str | torch.dtype = "float32", device: str = "cpu") -> nn.Module:
+    """The original, unfused model of ``plan``, exactly as its weights say.
+
+    Built on the plan's own opened model and source; the checkpoint is validated against
+    the plan once (:func:`~fusion_core.plan.layout.require_checkpoint`, shared with the fused load of a
+    check; some families fused and others not is fine here). Never triggers transformers'
+    own fusion. The keys the checkpoint holds in the fused layout (a checkpoint exported
+    with ``fusion_config``, planned with its families) are converted back to the original layout on the way in (exact: the inverse transforms
+    are reshapes and renames); that path reads every tensor into memory instead of mapping
+    the files lazily.
+
+    Raises:
+        LoadError, CheckpointError, ModelSourceError, OptionError: see :func:`iter_load`.
+    """
+    wanted = torch_dtype(dtype)
+    src = plan.source
+    require_weights(src)
+    config = plain_config(src.config)
+    require_checkpoint(plan, allow_mixed=True)  # the keys held fused are unfused; the others are original already
+    if any(ct.present == "fused" for ct in plan.checkpoint_transforms):
+        model = from_pretrained(src, config, wanted, state_dict=_original_state_dict(src, plan))
+    else:
+        model = from_pretrained(src, config, wanted)
+    if str(device) != "cpu":
+        model.to(device)
+    return model
 
 
 def load_plain(
@@ -412,40 +447,18 @@ def load_plain(
     device: str = "cpu",
     trust_remote_code: bool = False,
 ) -> nn.Module:
-    """The original, unfused model, exactly as its weights say.
+    """The original, unfused model of ``source`` (the convenient form of :func:`load_original`).
 
-    Never triggers transformers' own fusion. A checkpoint exported in fused layout (its
-    config carries ``fusion_config``) is converted back to the original layout on the way
-    in (exact: the inverse transforms are reshapes and renames); that path reads every
-    tensor into memory instead of mapping the files lazily.
-
-    ``source`` may be a plan or an opened model: its meta model and source are reused
-    (a check builds them once for both sides).
+    ``source`` is a plan (its model and transforms are used), or an opened model, a
+    resolved source or a spec, planned here with the config's own ``fusion_config`` (so a
+    fused-layout export loads back in the original layout).
 
     Raises:
         LoadError, CheckpointError, ModelSourceError, UsageError: see :func:`iter_load`.
     """
-    from ..plan.fusion_plan import FusionPlan, Inspection, inspect_model
+    from ..plan.fusion_plan import as_plan
 
-    wanted = torch_dtype(dtype)
-    if isinstance(source, FusionPlan):
-        source = source.inspection if source.inspection is not None else source.model
-    insp = source if isinstance(source, Inspection) else inspect_model(resolve_source(source, trust_remote_code))
-    src = insp.source
-    require_weights(src)
-    config = plain_config(src.config)
-    own = getattr(src.config, "fusion_config", None)
-    plan = insp.plan(own) if own else None
-    if plan is not None and plan.layout in ("fused", "mixed"):
-        check_layout(plan, src)
-        check_shapes(insp, plan)
-        model = from_pretrained(src, config, wanted, state_dict=_original_state_dict(src, plan))
-    else:
-        check_shapes(insp, insp.plan(None))
-        model = from_pretrained(src, config, wanted)
-    if str(device) != "cpu":
-        model.to(device)
-    return model
+    return load_original(as_plan(source, trust_remote_code=trust_remote_code), dtype=dtype, device=device)
 
 
 def _original_state_dict(source: ModelSource, plan: FusionPlan) -> dict[str, Any]:

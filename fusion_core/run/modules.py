@@ -1,6 +1,6 @@
 """Single modules from a checkpoint, and whether a whole model fits in memory.
 
-``--modules-only`` checks each matched module on its own: it is materialized from the
+A modules-only check (``CheckOptions.modules_only``) checks each matched module on its own: it is materialized from the
 plan's meta model (a copy of that one submodule) and filled from the checkpoint by key
 through safetensors, so memory stays bounded by the matched modules, whatever the size of
 the model. :func:`fits_in_memory` decides when an end-to-end run cannot load at all.
@@ -81,8 +81,8 @@ def materialize(plan: FusionPlan, path: str, dtype: str, device: str) -> nn.Modu
 
     insp = plan.inspection
     src = plan.source
-    if insp is None or src.checkpoint is None or src.folder is None:
-        raise CheckError(f"{path}: --modules-only needs a checkpoint folder")
+    if src.checkpoint is None or src.folder is None:
+        raise CheckError(f"{path}: checking a module alone needs a checkpoint folder")
     meta = insp.model.get_submodule(path)
     module = copy.deepcopy(meta).to_empty(device="cpu")
     matcher = insp.key_matcher()

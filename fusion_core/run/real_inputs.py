@@ -31,7 +31,7 @@ def processor_inputs(
     has_tok = folder is not None and any((folder / n).is_file() for n in TOKENIZER_FILES)
     wanted = "processor" if image is not None else "tokenizer"
     if (image is not None and not has_proc) or (image is None and not has_tok):
-        return None, [f"the checkpoint has no {wanted} files: synthetic inputs instead of --image/--prompt"]
+        return None, [f"the checkpoint has no {wanted} files: synthetic inputs instead of the given image/prompt"]
     try:
         kwargs = _encode(folder, image, prompt, has_proc)
     except Exception as e:  # any processor failure: synthetic inputs, and say why

@@ -1,6 +1,8 @@
-"""Check results: comparisons, timings, per-module and end-to-end records, and the
-tolerances by dtype. Plain data: :func:`fusion_core.boundary.convert.to_plain` gives their JSON
-(the CLI's ``--json``, the wire to the window); ``PLAIN_KEYS`` is each documented shape."""
+"""Check results: comparisons, timings, per-module and end-to-end records, the tolerance,
+the load report and the workload a check ran at. Plain data:
+:func:`fusion_core.boundary.convert.to_plain` gives their JSON (the CLI's ``--json``, the wire
+to the window); ``PLAIN_KEYS`` is each documented shape. The tolerances by dtype are
+:data:`fusion_core.boundary.options.DTYPE_TOLERANCES`."""
 
 from __future__ import annotations
 
@@ -9,25 +11,84 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..boundary.convert import plain
+from ..boundary.options import DTYPE_TOLERANCES, Workload
 from ..errors import CheckError
 
-# (atol, rtol): pass when max |fused - original| <= atol + rtol * max |original|.
-# float32: a reshape-only fusion differs only by summation order. bfloat16/float16: the
-# Conv and the GEMM may round differently (bf16 keeps 8 significant bits, one step is
-# 2**-8 = 0.4% relative; fp16 11 bits, 0.05%), and differences grow through the layers
-# after the fused module: rtol is about 5 (bf16) and 8 (fp16) such steps of the output scale.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float32": (1e-5, 1e-5),
-    "bfloat16": (1e-2, 2e-2),
-    "float16": (1e-3, 4e-3),
-}
 MODEL_ENTRY = "(model)"  # the plain form of EndToEndCheck.entry "" (the model itself)
+#: (atol, rtol) by dtype: an alias of the one table, :data:`fusion_core.boundary.options.DTYPE_TOLERANCES`
+TOLERANCES = DTYPE_TOLERANCES
+TOLERANCE_RULE = "max|fused-original| <= atol + rtol * max|original|"
 _MAIN_OUTPUTS = ("logits", "last_hidden_state", "logits_per_video", "logits_per_image", "pooler_output")
 
 
 def _round(digits: int) -> Callable[[float | None], float | None]:
     """A dump hook: the documented JSON rounds measured numbers (None stays None)."""
     return lambda x: None if x is None else round(x, digits)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """What a comparison must stay within: pass when max |fused - original| <= atol + rtol * max |original|."""
+
+    atol: float
+    rtol: float
+    rule: str = TOLERANCE_RULE
+
+    @classmethod
+    def of(cls, dtype: str) -> Tolerance:
+        """The tolerance of ``dtype`` (one of :data:`~fusion_core.boundary.options.DTYPES`)."""
+        atol, rtol = DTYPE_TOLERANCES[dtype]
+        return cls(atol, rtol)
+
+
+@dataclass(frozen=True)
+class CheckedWorkload:
+    """The sizes a check ran at (its :class:`~fusion_core.boundary.options.Workload` without
+    dtype and device, which the result holds itself) and torch's CPU threads during it."""
+
+    batch: int = 1
+    seq_len: int | None = None
+    image_size: int | None = None
+    frames: int | None = None
+    seed: int = 0
+    threads: int | None = None
+
+    @classmethod
+    def of(cls, workload: Workload, threads: int | None = None) -> CheckedWorkload:
+        w = workload
+        return cls(w.batch, w.seq_len, w.image_size, w.frames, w.seed, threads)
+
+
+@dataclass(frozen=True)
+class FusedModule:
+    """One module a load fused: its path, its family and the class it has now."""
+
+    module: str
+    family: str
+    class_name: str = field(metadata=plain("class"))
+
+
+@dataclass
+class LoadReport:
+    """What a fused load did (``fusion-core load --json``; a check's ``load``).
+
+    ``missing_keys`` and ``unexpected_keys`` are what ``from_pretrained`` reported for this
+    load (a load with either fails, so a report has them empty, as the load saw them).
+    """
+
+    model: str
+    model_class: str
+    fusion_config: dict[str, Any]
+    checkpoint_layout: str
+    fused_modules: list[FusedModule]
+    dtype: str
+    device: str
+    missing_keys: list[str] = field(default_factory=list)
+    unexpected_keys: list[str] = field(default_factory=list)
+    transforms: list[dict[str, Any]] = field(default_factory=list)  # preview rows of the transformed keys
+    seconds: float = field(default=0.0, metadata=plain(dump=_round(4)))
+    peak_rss_mb: float | None = field(default=None, metadata=plain(dump=_round(1)))
+    messages: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -255,15 +316,15 @@ class CheckResult:
     device: str
     repeats: int
     seed: int
-    tolerance: dict[str, Any]
+    tolerance: Tolerance
     modules: list[ModuleCheck] = field(default_factory=list)
     end_to_end: EndToEndCheck | None = None
     upstream: UpstreamReport | None = None
-    load: dict[str, Any] | None = None
+    load: LoadReport | None = None
     nothing_to_fuse: bool = False
     messages: list[str] = field(default_factory=list)
     seconds: float = field(default=0.0, metadata=plain(dump=_round(3)))
-    workload: dict[str, Any] = field(default_factory=dict)  # the sizes it ran at (Workload, resolved)
+    workload: CheckedWorkload = field(default_factory=CheckedWorkload)  # the sizes it ran at
     family_verdicts: list[FamilyVerdict] = field(default_factory=list)
     modules_only: bool = False
     warnings: list[str] = field(default_factory=list)  # e.g. timings too noisy to tell
@@ -293,7 +354,7 @@ def compare(original: Any, fused: Any, dtype: str) -> Comparison:
     import torch
 
     a_list, b_list = tensors_of(original), tensors_of(fused)
-    atol, rtol = TOLERANCES.get(dtype, TOLERANCES["float32"])
+    atol, rtol = DTYPE_TOLERANCES.get(dtype, DTYPE_TOLERANCES["float32"])
     if len(a_list) != len(b_list) or any(a.shape != b.shape for a, b in zip(a_list, b_list)):
         shapes = ([list(t.shape) for t in a_list], [list(t.shape) for t in b_list])
         return Comparison(float("nan"), float("nan"), atol, rtol, [], note=f"outputs differ in structure: {shapes}")

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..boundary.options import TimingOptions
 from .results import Timing
 
 NOISY = 0.25  # relative half-width of the interval above which a timing is "too noisy to tell"
@@ -65,11 +66,8 @@ def _peak_mb(device: str, fn: Callable[[], Any]) -> float | None:
 def measure(
     run_original: Callable[[], Any],
     run_fused: Callable[[], Any],
+    options: TimingOptions | None = None,
     *,
-    min_rounds: int = 5,
-    max_rounds: int = 200,
-    budget_s: float = 2.0,
-    target: float = 0.03,
     device: str = "cpu",
     seed: int = 0,
 ) -> Timing:
@@ -78,16 +76,17 @@ def measure(
     Args:
         run_original: one call of the original side.
         run_fused: one call of the fused side (same inputs).
-        min_rounds: rounds always run (the CLI's ``--repeats``).
-        max_rounds: rounds never exceeded.
-        budget_s: stop after this many seconds of rounds (once ``min_rounds`` ran).
-        target: stop once the interval is within this fraction of the median on both sides.
+        options: rounds always run (``min_rounds``), never exceeded (``max_rounds``), the
+            seconds of rounds once ``min_rounds`` ran (``budget_s``), and the relative
+            half-width of the interval to stop at (``target``); default :class:`TimingOptions`.
         device: for synchronisation and peak memory (CUDA).
         seed: seed of the bootstrap (same data, same interval).
 
     Returns:
         A :class:`Timing` (medians per side, speedup median and 95% interval, noisy flag).
     """
+    o = options or TimingOptions()
+    min_rounds, max_rounds, budget_s, target = o.min_rounds, o.max_rounds, o.budget_s, o.target
     sync = sync_for(device)
     peak_o = _peak_mb(device, run_original)
     peak_f = _peak_mb(device, run_fused)

@@ -31,7 +31,6 @@ from .isolated import run_isolated
 from .results import CheckResult, UpstreamFamily, UpstreamReport
 
 if TYPE_CHECKING:
-    from ..model.sources import ModelSource
     from ..plan.fusion_plan import FusionPlan
 
 AGREES, DIFFERS, NOT_FUSED, NOT_AVAILABLE = "agrees", "differs", "not fused upstream", "not available upstream"
@@ -55,15 +54,8 @@ def upstream_knows(family: str) -> tuple[bool, str]:
     return True, ""
 
 
-def run_upstream(
-    source: ModelSource,
-    plan: FusionPlan,
-    dtype: str,
-    seed: int,
-    ours: CheckResult | None = None,
-    workload: Workload | None = None,
-) -> UpstreamReport:
-    """Load ``source`` through upstream fusion in a child process and report what it did.
+def run_upstream(plan: FusionPlan, workload: Workload, ours: CheckResult | None = None) -> UpstreamReport:
+    """Load the model of ``plan`` through upstream fusion in a child process and report what it did.
 
     Only the families transformers knows are compared (others are listed as "not available
     upstream" and never make the report "differs"). The child runs isolated: ``python -I``
@@ -72,15 +64,14 @@ def run_upstream(
     model folder or the working directory is ever imported.
 
     Args:
-        source: the model (must have weights in a folder).
-        plan: our plan (its fused paths are compared with upstream's classes).
-        dtype: ``float32`` | ``bfloat16`` | ``float16``.
-        seed: the seed of the synthetic inputs (the same as our check's).
+        plan: our plan (its model must have weights in a folder; its fused paths are
+            compared with upstream's classes).
+        workload: the check's dtype, seed and sizes (the same inputs as ours).
         ours: our check result, for the side-by-side summary.
-        workload: the check's sizes (the same inputs as ours).
     """
     import transformers
 
+    source = plan.source
     version = transformers.__version__
     families: list[UpstreamFamily] = []
     known = []
@@ -98,11 +89,11 @@ def run_upstream(
         "folder": str(Path(source.folder).resolve()),  # the worker runs in a neutral directory
         "model_class": source.model_class.__name__,
         "fusion_config": {k: v for k, v in plan.fusion_config.items() if k in known},
-        "dtype": dtype,
-        "seed": seed,
+        "dtype": workload.dtype,
+        "seed": workload.seed,
         "paths": paths,
         "trust_remote_code": source.trust_remote_code,
-        "workload": to_plain(workload) if workload is not None else None,
+        "workload": to_plain(workload),
     }
     t0 = time.perf_counter()
     report = _run_worker(request)

@@ -375,7 +375,7 @@ class ChecksPanel(QWidget):
         self._fit(all_rows)
         self.chart.set_rows(rows, end)
         tol = result.tolerance
-        rule = f"limit for {result.dtype}: atol {tol.get('atol')} + rtol {tol.get('rtol')} × max |original|"
+        rule = f"limit for {result.dtype}: atol {tol.atol} + rtol {tol.rtol} × max |original|"
         if result.nothing_to_fuse:
             self._set_role(self.banner, "info", html.escape(" ".join(result.messages) or "Nothing to fuse."))
         elif result.passed:

@@ -95,3 +95,30 @@ def test_public_api_names_resolve() -> None:
         assert getattr(fusion_core, name) is not None, name
     assert callable(fusion_core.export)  # the export sub-package is callable
     assert fusion_core.export.export is fusion_core.export.pipeline.export
+
+
+def test_flag_names_live_only_in_the_cli() -> None:
+    """No string of the engine outside ``cli/`` names a command-line flag (docstrings aside):
+    engine errors name options (``OptionError.option``, ``FusionError.options``), the CLI flags."""
+    import ast
+    import re
+
+    flag = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
+    root = Path(fusion_core.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] == "cli":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                found += [f"{path.relative_to(root)}:{node.lineno}: {m}" for m in flag.findall(node.value)]
+    assert found == []

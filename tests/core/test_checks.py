@@ -12,8 +12,9 @@ import _wrong_family as _wrong
 import pytest
 import torch
 
-from fusion_core import check
+from fusion_core import check, inspect_model
 from fusion_core.boundary.convert import to_plain
+from fusion_core.boundary.options import DTYPE_TOLERANCES, CheckOptions
 from fusion_core.families import REGISTRY
 from fusion_core.run.checks import TOLERANCES, iter_check
 
@@ -56,7 +57,8 @@ def test_check_is_deterministic(qwen2_vl_dir: Path) -> None:
 def test_check_half_dtypes(qwen2_vl_dir: Path, dtype: str) -> None:
     result = check(qwen2_vl_dir, PE, dtype=dtype, repeats=1, upstream=False)
     assert result.passed and result.dtype == dtype
-    assert result.tolerance["rtol"] == TOLERANCES[dtype][1] > TOLERANCES["float32"][1]
+    assert result.tolerance.rtol == TOLERANCES[dtype][1] > TOLERANCES["float32"][1]
+    assert TOLERANCES is DTYPE_TOLERANCES  # one table
 
 
 def test_wrong_fusion_fails(qwen2_vl_dir: Path, wrong_family: str) -> None:
@@ -87,7 +89,8 @@ def test_progress_and_cancel(qwen2_vl_dir: Path) -> None:
     with pytest.raises(Cancelled):
         check(qwen2_vl_dir, PE, repeats=1, upstream=False, progress=on_step, cancel=token)
     assert "loading the fused model" in messages and "running the original model end to end" in messages
-    steps = list(_steps(iter_check(qwen2_vl_dir, PE, repeats=1, upstream=False)))
+    plan = inspect_model(str(qwen2_vl_dir)).plan(PE)
+    steps = list(_steps(iter_check(plan, CheckOptions.build(repeats=1, upstream=False))))
     assert steps[-1].done == steps[-1].total
 
 

@@ -168,7 +168,7 @@ def test_prompt_without_tokenizer_files_falls_back_with_a_note(qwen2_vl_dir: Pat
     result = check(qwen2_vl_dir, {"patch_embeddings": True}, prompt="a cat", **FAST)
     assert result.passed and result.end_to_end.input_kind == "vision-grid"
     assert result.end_to_end.notes[0] == (
-        "the checkpoint has no tokenizer files: synthetic inputs instead of --image/--prompt"
+        "the checkpoint has no tokenizer files: synthetic inputs instead of the given image/prompt"
     )
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from fusion_core import check
 from fusion_core.boundary.convert import to_plain
+from fusion_core.boundary.options import TimingOptions
 from fusion_core.run.results import Timing
 from fusion_core.run.timing import measure, ratio_interval
 
@@ -47,6 +48,7 @@ def test_polluted_process_checks_the_real_original(qwen2_vl_dir: Path) -> None:
         print("RESULT", json.dumps(dict(
             upstream=type(up.model.visual.patch_embed).__name__, passed=r.passed, nothing=r.nothing_to_fuse,
             modules=[(m.path, m.original_class, m.verified_by) for m in r.modules], note=r.messages[0],
+            rebuilt=[m for m in r.messages if m.startswith("the plan was rebuilt")],
             plain=[type(c).__name__ for c in plain.children()], fused=[type(c).__name__ for c in fused.children()],
             still=type(Qwen2VLForConditionalGeneration.from_pretrained(d).model.visual.patch_embed).__name__)))
         """
@@ -58,6 +60,7 @@ def test_polluted_process_checks_the_real_original(qwen2_vl_dir: Path) -> None:
     assert data["passed"] and not data["nothing"]
     assert data["modules"] == [["model.visual.patch_embed", "PatchEmbed", "end-to-end inputs"]]
     assert "transformers' own fusion" in data["note"] and "PatchEmbed" in data["note"]
+    assert len(data["rebuilt"]) == 1  # the plan made on the patched classes was rebuilt: a new plan, said so
     assert data["plain"] == ["Conv3d"]  # never a fused "original"
     assert data["fused"] == ["PatchLinear"]  # ours
     assert data["still"] == "FusedPatchEmbed"  # transformers' own state is put back as it was
@@ -68,7 +71,10 @@ def test_modules_only(qwen2_vl_dir: Path) -> None:
                    repeats=2, time_budget=0.05, upstream=False)  # fmt: skip
     assert result.passed and result.modules_only and len(result.modules) == 3
     assert all(m.verified_by == "module sample inputs" for m in result.modules)
-    assert result.end_to_end.skipped == "not run: --modules-only" and result.end_to_end.passed
+    assert (
+        result.end_to_end.skipped == "not run: modules only (each fused module alone, read from the checkpoint)"
+        and result.end_to_end.passed
+    )
     assert to_plain(result)["end_to_end"]["ran"] is False
 
 
@@ -124,7 +130,7 @@ def test_timing_interval_and_verdict() -> None:
             a @ a
 
     # 8x the work: even on a busy shared machine the interval stays above 1 (a tight bound would flake)
-    t = measure(slow, lambda: a @ a, min_rounds=7, budget_s=1.0, target=0.05)
+    t = measure(slow, lambda: a @ a, TimingOptions(min_rounds=7, budget_s=1.0, target=0.05))
     assert t.speedup_low <= t.speedup <= t.speedup_high and t.repeats >= 7
     assert t.speedup > 2 and t.speedup_low > 1.0 and t.verdict == "faster"
     assert Timing(1.0, 1.0, 5, 1.1, 0.95, 1.3).verdict == "same"

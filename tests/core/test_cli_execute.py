@@ -88,3 +88,27 @@ def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path,
     assert code == 2 and "no_such_family" in err
     code, _, err = _run(capsys, "load", "arch:llama", "--fusion", "patch_embeddings")
     assert code == 1 and "no weights" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["check", "MODEL", "--batch", "0"], "check: --batch must be at least 1, got 0"),
+        (["check", "MODEL", "--repeats", "0"], "check: --repeats must be at least 1, got 0"),
+        (["check", "MODEL", "--time-budget", "nan"], "check: --time-budget must be at least 0, got nan"),
+        (["check", "MODEL", "--threads", "0"], "check: --threads must be at least 1, got 0"),
+        (["export", "MODEL", "OUT", "--max-shard-size", "0"], "export: --max-shard-size '0' must be positive"),
+    ],
+)
+def test_option_errors_name_the_flag(
+    capsys: pytest.CaptureFixture[str], llama_dir: Path, tmp_path: Path, argv: list[str], message: str
+) -> None:
+    """The engine's option objects name the option (``min_rounds``); the CLI prints its flag."""
+    from fusion_core.boundary.options import CheckOptions, OptionError
+
+    names = {"MODEL": str(llama_dir), "OUT": str(tmp_path / "out")}
+    code, out, err = _run(capsys, *[names.get(a, a) for a in argv], "--fusion", "qkv")
+    assert (code, out) == (2, "") and err == f"fusion-core: error: {message}\n"
+    with pytest.raises(OptionError) as info:
+        CheckOptions.build(repeats=0)
+    assert info.value.option == "min_rounds" and "--" not in str(info.value)

@@ -125,7 +125,7 @@ def test_bad_arguments():
         scan(families=["nope"], jobs=0, only=["llama"])
     with pytest.raises(UsageError, match="no_such_type"):
         scan(jobs=0, only=["no_such_type"])
-    with pytest.raises(UsageError, match="--jobs"):
+    with pytest.raises(UsageError, match="jobs must be 0 or more"):
         scan(jobs=-1, only=["llama"])
 
 

@@ -191,7 +191,7 @@ def test_default_max_shard_size_is_save_pretrained_default(sharded_dir: Path, tm
 
     from transformers import PreTrainedModel
 
-    from fusion_core.export.writer import DEFAULT_MAX_SHARD_SIZE
+    from fusion_core.boundary.options import DEFAULT_MAX_SHARD_SIZE
 
     default = inspect.signature(PreTrainedModel.save_pretrained).parameters["max_shard_size"].default
     assert default == DEFAULT_MAX_SHARD_SIZE
@@ -222,4 +222,4 @@ def test_cli_export_json(qwen2_vl_dir: Path, tmp_path: Path, capsys: pytest.Capt
         ["export", str(qwen2_vl_dir), str(tmp_path / "x"), "--fusion", "patch_embeddings", "--max-shard-size", "lots"]
     )
     err = capsys.readouterr().err
-    assert rc == 2 and "shard size" in err
+    assert rc == 2 and "--max-shard-size 'lots' is not a size" in err

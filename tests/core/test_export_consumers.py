@@ -124,12 +124,16 @@ def test_llama_qkv_then_gate_up_then_original(tiny, tmp_path: Path) -> None:
     src = tiny("llama")
     # user's order kept; a family that matches nothing is not recorded
     first = export(src, tmp_path / "qkv", {"qkv": True, "patch_embeddings": True})
+    assert first.messages == []  # the plan as given
     assert _config(tmp_path / "qkv")["fusion_config"] == {"qkv": True}
     assert _statuses(first) == {"fusion_core": "loads exactly", "transformers": "refuses to load"}
     assert "Unknown fusion type: qkv" in first.consumers[1].detail
     # fused -> more fused: the checkpoint keeps its own family and gains gate_up
     more = export(tmp_path / "qkv", tmp_path / "both", {"gate_up": True})
-    assert more.source_layout == "mixed"
+    assert more.source_layout == "mixed" and more.fusion_config == {"qkv": True, "gate_up": True}
+    assert more.messages == [  # the wider plan is a step of its own, and said
+        "the checkpoint is already fused with 'qkv': the export's plan includes it (families: qkv, gate_up)"
+    ]
     assert _config(tmp_path / "both")["fusion_config"] == {"qkv": True, "gate_up": True}
     keys = set(read_index(tmp_path / "both").tensors)
     assert "model.layers.0.self_attn.qkv_proj.weight" in keys and "model.layers.0.mlp.gate_up_proj.weight" in keys
@@ -140,7 +144,7 @@ def test_llama_qkv_then_gate_up_then_original(tiny, tmp_path: Path) -> None:
         torch.testing.assert_close(ours(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
     # back to original naming one family only, unverified: the checkpoint's other family goes too
     back = export(tmp_path / "both", tmp_path / "orig", {"qkv": True}, layout="original", verify_outputs=False)
-    assert back.consumers == []
+    assert back.consumers == [] and back.messages[0].startswith("the checkpoint is already fused with 'gate_up'")
     assert sorted(read_index(tmp_path / "orig").tensors) == sorted(read_index(src).tensors)
     assert "fusion_config" not in _config(tmp_path / "orig")
     _model, info = _stock_load(tmp_path / "orig", "LlamaForCausalLM")

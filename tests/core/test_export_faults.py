@@ -176,7 +176,7 @@ def test_non_empty_destination_needs_overwrite(src: Path, tmp_path: Path) -> Non
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("old\n")
-    _fails(src, out, ExportError, "not empty", "--overwrite")
+    _fails(src, out, ExportError, "not empty", "set overwrite")
     assert (out / "old.txt").read_text() == "old\n"
     (tmp_path / "empty").mkdir()
     export(src, tmp_path / "empty", FUSION, verify_outputs=False)  # an empty folder is fine
@@ -184,7 +184,7 @@ def test_non_empty_destination_needs_overwrite(src: Path, tmp_path: Path) -> Non
 
 
 def test_nothing_to_fuse_refused_unless_copy_as_is(llama_dir: Path, tmp_path: Path) -> None:
-    _fails(llama_dir, tmp_path / "out", ExportError, "nothing to fuse", "--copy-as-is")
+    _fails(llama_dir, tmp_path / "out", ExportError, "nothing to fuse", "allow_copy_as_is")
     assert not (tmp_path / "out").exists()
     result = export(llama_dir, tmp_path / "out", FUSION, allow_copy_as_is=True)
     assert result.transformed == [] and result.verification.outputs["max_abs_diff"] == 0.0

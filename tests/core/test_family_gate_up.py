@@ -77,13 +77,13 @@ class _MLP(nn.Module):
 
 def test_rejections():
     spec = get_family(FAMILY)
-    assert "different input sizes (gate_proj 4, up_proj 8)" in spec.check(_MLP(gate_in=4)).reason
-    assert "bias on up_proj only (none on gate_proj)" in spec.check(_MLP(bias=(False, True))).reason
+    assert "different input sizes (gate_proj 4, up_proj 8)" in spec.judge(_MLP(gate_in=4)).reason
+    assert "bias on up_proj only (none on gate_proj)" in spec.judge(_MLP(bias=(False, True))).reason
     lone = _MLP()
     del lone.up_proj
-    assert "has gate_proj but no up_proj" in spec.check(lone).reason
+    assert "has gate_proj but no up_proj" in spec.judge(lone).reason
     ok = _MLP()
-    assert spec.check(ok).ok and "one product" in spec.check(ok).reason
+    assert spec.judge(ok).ok and "one product" in spec.judge(ok).reason
 
 
 def test_conflicting_families_fail_fast(root):

@@ -4,14 +4,15 @@ passed to the family, part of the discovery cache key, shown by ``plan`` and ``f
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from fusion_core import InvalidFusionConfigError, inspect_model, validate_fusion_config
+from fusion_core import InvalidFusionConfigError, check, inspect_model, validate_fusion_config
 from fusion_core.cli.main import main
-from fusion_core.families import Option, load_family_file, unregister
+from fusion_core.families import Option, get_family, load_family_file, register, unregister
 from fusion_core.run.loading import load
 
 KV_FILE = Path(__file__).resolve().parents[1] / "plugin_example" / "fi_kv_family" / "kv_family.py"
@@ -89,6 +90,43 @@ def test_load_fuses_with_the_configured_family(llama_dir, kv_family, tmp_path):
     with torch.no_grad():
         ids = torch.tensor([[5, 6, 7]])
         torch.testing.assert_close(again.model(ids).logits, result.model(ids).logits)
+
+
+@pytest.fixture
+def sampled_kv(kv_family):
+    """``kv_proj`` plus an option that sets the tokens of its sample inputs."""
+
+    class SampledKV(type(get_family(kv_family))):
+        name = "kv_sampled"
+
+        def options_schema(self):
+            tokens = Option(int, 0, "tokens of the sample inputs (0: the workload's)")
+            return {**super().options_schema(), "sample_tokens": tokens}
+
+        def sample_inputs(self, module, config, workload):
+            n = self.options["sample_tokens"]
+            return super().sample_inputs(module, config, replace(workload, seq_len=n) if n else workload)
+
+    spec = register(SampledKV(), origin="test")
+    yield spec.name
+    unregister(spec.name)
+
+
+def test_modules_only_check_runs_the_configured_family(llama_dir, sampled_kv):
+    """A modules-only check fuses and feeds each module with the family as the plan configured
+    it: its options reach the sample inputs (the default spec would make 128 tokens)."""
+    insp = inspect_model(str(llama_dir))
+    plan = insp.plan({sampled_kv: {"min_in_features": 32, "sample_tokens": 7}})
+    result = check(plan, modules_only=True, upstream=False, repeats=1, time_budget=0)
+    assert result.passed and result.modules_only and [m.path for m in result.modules] == ATTENTION
+    for m in result.modules:
+        assert m.verified_by == "module sample inputs" and m.input_shapes[0] == [1, 7, 64]
+        assert m.fused_class == plan.families[0].discovery.matches[0].fused_class.__name__
+    default = check(insp.plan({sampled_kv: True}), modules_only=True, upstream=False, repeats=1, time_budget=0)
+    assert default.passed and default.modules[0].input_shapes[0] == [1, 128, 64]
+    # an option that leaves the modules unfused: nothing to check, with the family's reason
+    strict = check(insp.plan({sampled_kv: {"min_in_features": 128}}), modules_only=True, upstream=False)
+    assert strict.nothing_to_fuse and any("can be fused" in m for m in strict.messages)
 
 
 def test_plan_and_families_show_options(capsys, llama_dir, kv_family):

@@ -102,14 +102,14 @@ def test_rejections_say_why(conv, reason):
     spec = get_family(FAMILY)
     module = _Embeddings(nn.Conv2d(4, 8, 4, **conv))
     assert spec.is_candidate("vision.embeddings", module)
-    verdict = spec.check(module)
+    verdict = spec.judge(module)
     assert not verdict.ok and reason in verdict.reason
 
 
 def test_candidates_need_a_conv2d_child_and_an_embedding_name():
     spec = get_family(FAMILY)
     ok = _Embeddings(nn.Conv2d(3, 8, 4, stride=4, padding="valid"))
-    assert spec.is_candidate("embeddings", ok) and spec.check(ok).ok
+    assert spec.is_candidate("embeddings", ok) and spec.judge(ok).ok
     assert not spec.is_candidate("encoder.downsample", ok)  # not named like a patch embedding
     assert not spec.is_candidate("embeddings", _Embeddings(nn.Conv3d(3, 8, 2, stride=2)))
     assert not spec.is_candidate("embeddings", nn.Embedding(4, 4))

@@ -204,7 +204,7 @@ def test_aliases_outside_forward_weights_views_dtype_and_deepcopy():
     ids=["input-sizes", "partial-bias"],
 )
 def test_rejections_say_why(make, reason):
-    verdict = get_family(FAMILY).check(make())
+    verdict = get_family(FAMILY).judge(make())
     assert not verdict.ok and reason in verdict.reason
 
 
@@ -216,13 +216,13 @@ def test_rejects_non_linear_missing_and_hooked_projections():
     spec = get_family(FAMILY)
     quant = _Attention()
     quant.k_proj = _Int8Linear(8, 4)
-    assert "k_proj is _Int8Linear, not torch.nn.Linear" in spec.check(quant).reason
+    assert "k_proj is _Int8Linear, not torch.nn.Linear" in spec.judge(quant).reason
     missing = _Attention()
     del missing.v_proj
-    assert spec.is_candidate("attn", missing) and "no v_proj" in spec.check(missing).reason
+    assert spec.is_candidate("attn", missing) and "no v_proj" in spec.judge(missing).reason
     hooked = _Attention()
     hooked.q_proj.register_forward_hook(lambda *a: None)
-    assert "forward hooks" in spec.check(hooked).reason
+    assert "forward hooks" in spec.judge(hooked).reason
     assert not spec.is_candidate("mlp", nn.Sequential(nn.Linear(2, 2)))
     with pytest.raises(ValueError, match="cannot be fused by 'qkv'"):
         spec.fuse_module(quant)

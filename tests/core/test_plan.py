@@ -87,8 +87,11 @@ def test_plan_of_the_demo_both_directions(qwen2_vl_dir):
         [32, 3, 2, 14, 14],
         "linear_to_conv3d",
     )
-    assert plan.key_map("load") == {"visual.patch_embed.proj.weight": ("visual.patch_embed.linear_proj.weight",)}
-    assert plan.key_map("save") == {"visual.patch_embed.linear_proj.weight": ("visual.patch_embed.proj.weight",)}
+    [ct] = plan.checkpoint_transforms  # the checkpoint's own key names, both ways
+    assert (ct.source_keys, ct.target_keys) == (
+        ("visual.patch_embed.proj.weight",),
+        ("visual.patch_embed.linear_proj.weight",),
+    )
 
 
 def test_plan_json_schema(qwen2_vl_dir):
@@ -153,7 +156,7 @@ class _RenameProj(FusionSpec):
     description = "test only"
     target_modules_patterns = (r"patch_embed\.proj$",)
 
-    def check(self, module: nn.Module) -> Verdict:
+    def judge(self, module: nn.Module) -> Verdict:
         return Verdict.yes("any Conv3d") if isinstance(module, nn.Conv3d) else Verdict.no("not a Conv3d")
 
     def make_fused_class(self, original_cls: type) -> type:
@@ -172,7 +175,7 @@ class _SamePatchEmbed(_RenameProj):
     name = "test_same_module"
     target_modules_patterns = (r"patch_embed$",)
 
-    def check(self, module: nn.Module) -> Verdict:
+    def judge(self, module: nn.Module) -> Verdict:
         return Verdict.yes("test")
 
     def make_transforms(self, config: object, modules: Mapping[str, nn.Module]) -> list:

@@ -128,7 +128,7 @@ def test_broken_entry_points_are_reported_and_skipped(registry, tmp_path, monkey
     assert "ModuleNotFoundError" in errors["missing"].error and "fi_no_such_module" in errors["missing"].error
     assert "plugin exploded at import" in errors["raises"].error
     assert "neither a FusionSpec subclass nor a FusionSpec instance" in errors["not_a_spec"].error
-    assert "does not implement check, make_fused_class, make_transforms, fuse_module" in errors["incomplete"].error
+    assert "does not implement judge, make_fused_class, make_transforms, fuse_module" in errors["incomplete"].error
     assert "'qkv' is already registered by fusion_core" in errors["takes_qkv"].error
     assert errors["raises"].origin == "entry point raises (fi-broken)"
     assert type(get_family("qkv")).__module__ == "fusion_core.families.qkv"  # the built-in is untouched

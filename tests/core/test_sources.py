@@ -161,7 +161,8 @@ def test_remote_code_error_names_the_files():
     with pytest.raises(RemoteCodeError) as info:
         config_from_dict(data, "here/config.json")
     assert info.value.files == ["configuration_x.py", "modeling_x.py", "other/repo:tokenization_x.py"]
-    assert "--trust-remote-code" in str(info.value) and "here/config.json" in str(info.value)
+    assert "trust_remote_code" in str(info.value) and "here/config.json" in str(info.value)
+    assert info.value.options == ("trust_remote_code",)  # the CLI shows it as --trust-remote-code
     notes: list[str] = []
     config = config_from_dict(data, "here", trust_remote_code=True, notes=notes)
     assert not hasattr(config, "auto_map") and "was not run" in notes[0]

@@ -12,7 +12,7 @@ from fusion_core.host import wire
 from fusion_core.plan.diff import PlanDiff, diff_plan
 from fusion_core.plan.fusion_plan import inspect_model
 from fusion_core.plan.view import PlanView, inspection_data, plan_view, view_from_data
-from fusion_core.run.results import CheckResult, Comparison, ModuleCheck, Timing
+from fusion_core.run.results import CheckResult, Comparison, ModuleCheck, Timing, Tolerance
 
 
 def _trip(tp, value):
@@ -52,7 +52,7 @@ def test_inspection_data_is_what_the_window_rebuilds(llama):
 def test_check_result_keeps_nan_and_nested_types():
     result = CheckResult(
         model="m", model_class="C", fusion_config={"qkv": True}, dtype="float32", device="cpu", repeats=1, seed=0,
-        tolerance={"atol": 1e-5},
+        tolerance=Tolerance(1e-5, 1e-5),
         modules=[ModuleCheck("a.b", "qkv", "A", "FusedA", [[1, 2]], Comparison(float("nan"), float("inf"), 1e-5, 1e-5, [1, 2]),
                              Timing(1.0, 0.5, 3))],
     )  # fmt: skip
@@ -61,6 +61,7 @@ def test_check_result_keeps_nan_and_nested_types():
     comparison = back.modules[0].comparison
     assert isinstance(comparison, Comparison) and math.isnan(comparison.max_abs_diff)
     assert comparison.max_rel_diff == math.inf and comparison.shape == [1, 2] and back.end_to_end is None
+    assert back.tolerance == result.tolerance and back.workload == result.workload  # typed on both sides
 
 
 def test_errors_keep_their_class_and_bugs_their_traceback():

@@ -81,5 +81,5 @@ def test_modules_only_and_sample_inputs_rows(qtbot, window, open_model, only_fus
     result = _run(qtbot, window)
     assert result.passed and result.modules_only
     assert [r["module"] for r in panel.model.rows] == ["model.vision_tower.embeddings"]
-    assert "not run: --modules-only" in panel.speed_banner.text()
-    assert "not run: --modules-only" in panel.end_label.text()
+    assert "not run: modules only" in panel.speed_banner.text()
+    assert "not run: modules only" in panel.end_label.text()

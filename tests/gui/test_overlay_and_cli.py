@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 
-from fusion_core.run.results import CheckResult, Comparison, ModuleCheck, Timing
+from fusion_core.run.results import CheckResult, Comparison, ModuleCheck, Timing, Tolerance
 from fusion_gui.models.tree_model import CHECK, CountRole, FoldRole
 
 LM = "model.language_model"
@@ -44,7 +44,7 @@ def test_check_overlay_per_module_and_summarised_on_ancestors(qtbot, window, ope
     assert tree.view.isColumnHidden(CHECK)
     result = CheckResult(
         model="demo:qwen2-vl", model_class="Qwen2VLForConditionalGeneration", fusion_config={"qkv": True},
-        dtype="float32", device="cpu", repeats=9, seed=0, tolerance={"atol": 1e-5, "rtol": 1e-5},
+        dtype="float32", device="cpu", repeats=9, seed=0, tolerance=Tolerance(1e-5, 1e-5),
         modules=[_check(f"{LM}.layers.0.self_attn", 1.5, 1e-7, 0.1), _check(f"{LM}.layers.1.self_attn", 0.8, 1e-3, 0.05)],
     )  # fmt: skip
     window.state._on_checks_done(result)  # what a finished checks job does

@@ -14,7 +14,7 @@ class SamePatchEmbed(FusionSpec):
     description = "test only"
     target_modules_patterns = (r"patch_embed$",)
 
-    def check(self, module: nn.Module) -> Verdict:
+    def judge(self, module: nn.Module) -> Verdict:
         return Verdict.yes("test")
 
     def make_fused_class(self, original_cls: type) -> type:

@@ -22,8 +22,8 @@ class KVProjFusion(LinearGroupFusion):
     def options_schema(self):
         return {"min_in_features": Option(int, 0, "leave projections with fewer input features unfused")}
 
-    def check(self, module):
-        verdict = super().check(module)
+    def judge(self, module):
+        verdict = super().judge(module)
         smallest = self.options["min_in_features"]
         if verdict.ok and module.k_proj.in_features < smallest:
             return Verdict.no(f"in_features {module.k_proj.in_features} < min_in_features {smallest}")
