@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import types
 import typing
 from collections.abc import Callable
 from pathlib import Path, PurePath
@@ -92,6 +93,23 @@ def _float(value: Any, _: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise PlainDataError(f"expected a number, got {value!r:.80}")
     return float(value)
+
+
+_LEAVES = (int, float, str, bool, type(None))
+
+
+def _is_leaf_union(tp: Any) -> bool:
+    """A union of leaves only (``int | str``): cattrs has no hook for those."""
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and all(a in _LEAVES for a in typing.get_args(tp))
+
+
+def _leaf_union(value: Any, tp: Any) -> Any:
+    """``value`` when its exact type is one of the union's (an int is no bool, a float may be an int)."""
+    args = typing.get_args(tp)
+    kind = type(value)
+    if kind in args or (kind is int and float in args):
+        return float(value) if kind is int and int not in args else value
+    raise PlainDataError(f"expected {' | '.join(a.__name__ for a in args)}, got {value!r:.80}")
 
 
 def _list_of(value: Any) -> list[Any]:
@@ -256,6 +274,7 @@ def _make_converter() -> cattrs.Converter:
     c.register_unstructure_hook_func(lambda tp: isinstance(tp, type) and issubclass(tp, PurePath), str)
     c.register_structure_hook(Path, lambda v, _: Path(_exact(str)(v, str)))
     c.register_structure_hook_func(_is_tuple, _tuple)
+    c.register_structure_hook_func(_is_leaf_union, _leaf_union)  # int | str (a shard size), str | None...
     # a NamedTuple is an object of its fields ({"name": ..., "bytes": ...}), not a list
     c.register_unstructure_hook_factory(is_namedtuple, namedtuple_dict_unstructure_factory)
     c.register_structure_hook_factory(is_namedtuple, namedtuple_dict_structure_factory)
@@ -290,7 +309,23 @@ def from_plain(tp: type[T] | Any, data: Any) -> T:
     except PlainDataError:
         raise
     except (cattrs.BaseValidationError, TypeError, ValueError, KeyError, AttributeError) as e:
+        refused = _option_error(e)
+        if refused is not None:  # a value the option object itself refuses: its own message
+            raise refused from None
         raise PlainDataError(_message(e)) from e
+
+
+def _option_error(error: BaseException) -> BaseException | None:
+    """The engine error (an OptionError) that an option object raised while it was rebuilt, if any."""
+    from ..errors import FusionError
+
+    if isinstance(error, FusionError):
+        return error
+    for inner in getattr(error, "exceptions", ()) or ():
+        found = _option_error(inner)
+        if found is not None:
+            return found
+    return None
 
 
 def _message(error: BaseException) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..boundary.convert import from_plain, to_plain
 from ..errors import ExportError, one_line
-from ..run.isolated import run_isolated
+from ..run.isolated import WarmChild
 from .result import Consumer
 
 __all__ = ["LOADS_EXACTLY", "LOADS_WRONG", "REFUSES", "predicted_consumers", "transformers_accepts", "try_consumers"]
@@ -36,6 +36,57 @@ LOADS_EXACTLY = "loads exactly"
 REFUSES = "refuses to load"
 LOADS_WRONG = "loads wrong"
 _MARK = "FUSION_CORE_CONSUMERS "
+
+
+class ConsumerProbe:
+    """The consumers' child process, started before the export is written.
+
+    The child (``python -I``, empty working folder: :class:`fusion_core.run.isolated.WarmChild`)
+    imports torch and transformers, loads the source model and picks its inputs while the
+    parent writes; :meth:`run` then hands it the written folder. One probe answers once.
+
+    Args:
+        source_folder: the exported model's folder (the reference).
+        paths: the fused module paths (their inputs shape the synthetic inputs).
+        trust_remote_code: passed to both loaders.
+    """
+
+    def __init__(self, source_folder: Path, paths: list[str], *, trust_remote_code: bool = False) -> None:
+        self._child = WarmChild("fusion_core.export.consumers", prefix="fusion-core-consumers-")
+        first = {"source": str(Path(source_folder).resolve()), "paths": paths, "trust_remote_code": trust_remote_code}
+        self._child.send(json.dumps(first))
+
+    def run(self, written: Path, shown_as: Path, *, timeout: float = 1800) -> list[Consumer]:
+        """Load ``written`` with each consumer and compare with the source: our loader, then transformers.
+
+        Args:
+            written: the folder to load (the export, possibly not yet in place).
+            shown_as: the path a user will load it from (used in ``how``).
+            timeout: seconds before the probe is abandoned.
+
+        Raises:
+            ExportError: the child process failed or did not answer, or its answer is not a
+                list of consumers.
+        """
+        self._child.send(json.dumps({"written": str(Path(written).resolve()), "shown_as": str(shown_as)}))
+        try:
+            done = self._child.finish(timeout)
+        except subprocess.TimeoutExpired:
+            raise ExportError(
+                f"trying the consumers of {written} took over {timeout:.0f}s; nothing was written"
+            ) from None
+        for line in reversed(done.stdout.splitlines()):
+            if line.startswith(_MARK):
+                try:
+                    return from_plain(list[Consumer], json.loads(line[len(_MARK) :]))
+                except ValueError as e:  # PlainDataError, JSONDecodeError
+                    raise ExportError(f"the consumers' answer is not understood ({e}); nothing was written") from None
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ExportError(f"trying the consumers of the export failed ({one_line(last)}); nothing was written")
+
+    def close(self) -> None:
+        """Stop the child when no export will be handed to it (an error, a cancel)."""
+        self._child.close()
 
 
 def try_consumers(
@@ -47,44 +98,13 @@ def try_consumers(
     trust_remote_code: bool = False,
     timeout: float = 1800,
 ) -> list[Consumer]:
-    """Load ``written`` with each consumer in a child process and compare with the source.
-
-    Args:
-        source_folder: the exported model's folder (the reference).
-        written: the folder to load (the export, possibly not yet in place).
-        shown_as: the path a user will load it from (used in ``how``).
-        paths: the fused module paths (their inputs shape the synthetic inputs).
-        trust_remote_code: passed to both loaders.
-        timeout: seconds before the probe is abandoned.
-
-    Returns:
-        Our loader, then transformers.
-
-    Raises:
-        ExportError: the child process failed or did not answer, or its answer is not a
-            list of consumers.
-    """
-    spec = {
-        "source": str(Path(source_folder).resolve()),
-        "written": str(Path(written).resolve()),
-        "shown_as": str(shown_as),
-        "paths": paths,
-        "trust_remote_code": trust_remote_code,
-    }
+    """Load ``written`` with each consumer in a child process and compare with the source
+    (a :class:`ConsumerProbe` started and run at once; see there)."""
+    probe = ConsumerProbe(source_folder, paths, trust_remote_code=trust_remote_code)
     try:
-        done = run_isolated(
-            "fusion_core.export.consumers", json.dumps(spec), timeout=timeout, prefix="fusion-core-consumers-"
-        )
-    except subprocess.TimeoutExpired:
-        raise ExportError(f"trying the consumers of {written} took over {timeout:.0f}s; nothing was written") from None
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(_MARK):
-            try:
-                return from_plain(list[Consumer], json.loads(line[len(_MARK) :]))
-            except ValueError as e:  # PlainDataError, JSONDecodeError
-                raise ExportError(f"the consumers' answer is not understood ({e}); nothing was written") from None
-    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    raise ExportError(f"trying the consumers of the export failed ({last}); nothing was written")
+        return probe.run(written, shown_as, timeout=timeout)
+    finally:
+        probe.close()
 
 
 def transformers_accepts(recorded: dict[str, Any]) -> bool:
@@ -157,21 +177,29 @@ def _run(model: Any, found: Any) -> Any:
         return main_output(entry(**inputs.kwargs))[1]
 
 
-def _probe(spec: dict[str, Any]) -> list[Consumer]:
+def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool]:
+    """(the source model's class, its picked inputs and outputs or None, trust): before the export exists."""
+    import torch
+
+    from ..run.loading import load_plain
+    from .verify import pick_inputs
+
+    trust = bool(first["trust_remote_code"])
+    reference = load_plain(first["source"], dtype="float32", trust_remote_code=trust).eval()
+    with torch.inference_mode():
+        found = pick_inputs(reference, list(first["paths"]))
+    return type(reference), found, trust
+
+
+def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> list[Consumer]:
     import torch
     import transformers
 
     import fusion_core
 
-    from ..run.loading import load, load_plain
-    from .verify import pick_inputs
+    from ..run.loading import load
 
-    trust = bool(spec["trust_remote_code"])
-    reference = load_plain(spec["source"], dtype="float32", trust_remote_code=trust).eval()
-    with torch.inference_mode():
-        found = pick_inputs(reference, list(spec["paths"]))
-    cls = type(reference)
-    del reference
+    cls, found, trust = prepared
     where = json.dumps(spec["shown_as"])
     consumers: list[Consumer] = []
 
@@ -223,8 +251,15 @@ def _main() -> int:
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    spec = json.loads(sys.stdin.read())
-    result = _probe(spec)
+    import transformers  # noqa: F401 - warm: the imports overlap the parent's writing
+
+    from ..run.loading import load  # noqa: F401
+
+    prepared = _prepare(json.loads(sys.stdin.readline()))  # the source, while the export is written
+    line = sys.stdin.readline()
+    if not line:  # the parent gave up (an error, a cancel)
+        return 0
+    result = _probe(prepared, json.loads(line))
     sys.stdout.write("\n" + _MARK + json.dumps(to_plain(result)) + "\n")
     return 0
 

@@ -171,7 +171,10 @@ def iter_export(
     tmp = fs.make_temp_sibling(dest.path)
     finished = False
     total = wplan.total_size
+    probe = None
     try:
+        # the consumers' child imports torch and transformers and loads the source while we write
+        probe = _start_probe(src.folder, plan, trust_remote_code) if verify_outputs else None
         try:
             yield from iter_write(wplan, tmp, src.folder, producer, sync=sync, total=total)
             write_text(tmp / fs.CONFIG_FILE, config_text, sync=sync)
@@ -197,7 +200,8 @@ def iter_export(
             verification.outputs = compare_outputs(src, tmp, plan, layout)
             verification.outputs_checked = True
             yield Progress(total, total, "trying the consumers (transformers, fusion_core) in a child process")
-            consumers = _consumers(src.folder, tmp, dest.path, plan, trust_remote_code)
+            assert probe is not None
+            consumers = probe.run(tmp, dest.path)
             if recorded is not None and _status(consumers, "transformers") == LOADS_WRONG:
                 wrong = _detail(consumers, "transformers")
                 if options.on_wrong_load == "refuse":
@@ -229,6 +233,8 @@ def iter_export(
         fs.move_into_place(tmp, dest)
         finished = True
     finally:
+        if probe is not None:
+            probe.close()
         if not finished:
             fs.remove_tree(tmp)
     return ExportResult(
@@ -296,11 +302,21 @@ def export(
     return drive(iter_export(plan, out_dir, options), progress, cancel)
 
 
+def _fused_paths(plan: FusionPlan) -> list[str]:
+    return [m.path for fam in plan.families for m in fam.discovery.matches]
+
+
+def _start_probe(folder: Path, plan: FusionPlan, trust: bool) -> Any:
+    from .consumers import ConsumerProbe
+
+    return ConsumerProbe(folder, _fused_paths(plan), trust_remote_code=trust)
+
+
 def _consumers(folder: Path, written: Path, dest: Path, plan: FusionPlan, trust: bool) -> list[Consumer]:
+    """The consumers in a fresh child (after a guarded rewrite: the first child answered once)."""
     from .consumers import try_consumers
 
-    paths = [m.path for fam in plan.families for m in fam.discovery.matches]
-    return try_consumers(folder, written, dest, paths, trust_remote_code=trust)
+    return try_consumers(folder, written, dest, _fused_paths(plan), trust_remote_code=trust)
 
 
 def _status(consumers: list[Consumer], name: str) -> str | None:

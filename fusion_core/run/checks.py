@@ -153,8 +153,6 @@ def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, N
 
 def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Progress, None, CheckResult]:
     from .loading import require_weights
-    from .modules import fits_in_memory
-    from .verdicts import family_verdicts, project
 
     t0 = time.perf_counter()
     workload = options.workload
@@ -180,12 +178,42 @@ def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Pro
         result.messages.append(f"nothing to fuse in {src.model_class.__name__}: no check to run")
         result.seconds = time.perf_counter() - t0
         return result
-    timing = options.timing
+    child = None
+    if options.upstream:  # its imports overlap our loading; it waits for its request until the end
+        from .upstream import start_upstream
+
+        child = start_upstream()
+    try:
+        yield from _checks(plan, options, result, child)
+    finally:
+        if child is not None:
+            child.close()
+    result.seconds = time.perf_counter() - t0
+    yield Progress(6, 6, "checked")
+    return result
+
+
+def _checks(
+    plan: FusionPlan, options: CheckOptions, result: CheckResult, child: Any
+) -> Generator[Progress, None, None]:
+    """The checks of :func:`_run` past the plan: modules, end to end, verdicts, upstream (``child``)."""
+    from .modules import fits_in_memory
+    from .upstream import READY
+    from .verdicts import family_verdicts, project
+
+    workload, timing, src = options.workload, options.timing, plan.source
+    dtype, device = workload.dtype, workload.device
+
+    def settle() -> None:  # timings never share the CPU with the child's imports
+        if child is not None:
+            child.wait_ready(READY, 60)
+
     too_big = "" if options.modules_only else fits_in_memory(plan, dtype, device)
     if options.modules_only or too_big:
         result.modules_only = True
         reason = "modules only (each fused module alone, read from the checkpoint)" if options.modules_only else too_big
         result.end_to_end = EndToEndCheck("", "", "", {}, None, None, skipped=f"not run: {reason}")
+        settle()
         for i, path in enumerate(plan.matched_paths):
             yield Progress(2, 6, f"checking {path} ({i + 1}/{len(plan.matched_paths)}, alone)")
             result.modules.append(_module_alone(plan, path, workload, timing))
@@ -198,6 +226,7 @@ def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Pro
         paths = list(loaded.fused_modules)
         yield Progress(3, 6, "running the original model end to end")
         inputs, captured, out_original, skipped = _end_to_end_inputs(original, paths, workload, src, options)
+        settle()
         for i, path in enumerate(paths):
             yield Progress(4, 6, f"checking {path} ({i + 1}/{len(paths)})")
             mod_o, mod_f = original.get_submodule(path), loaded.model.get_submodule(path)
@@ -226,10 +255,7 @@ def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Pro
         yield Progress(5, 6, "upstream parity (separate process)")
         from .upstream import run_upstream
 
-        result.upstream = run_upstream(plan, workload, result)
-    result.seconds = time.perf_counter() - t0
-    yield Progress(6, 6, "checked")
-    return result
+        result.upstream = run_upstream(plan, workload, result, child)
 
 
 def _relay(gen: Generator[Progress, None, Any], stage: int, total: int) -> Generator[Progress, None, Any]:

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 __all__ = ["WarmChild", "isolated_command", "run_isolated"]
@@ -81,6 +82,28 @@ class WarmChild:
             env=env,
             cwd=self._folder.name,
         )
+
+    def wait_ready(self, marker: str, timeout: float) -> bool:
+        """Wait until the child printed the line ``marker`` (its imports are done), at most ``timeout`` s.
+
+        The parent calls this before work that must not share the CPU with the child's
+        imports (timings). False when the child ended or took longer.
+        """
+        import selectors
+
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while (left := deadline - time.monotonic()) > 0:
+                if not sel.select(left):
+                    return False
+                line = self.proc.stdout.readline()
+                if not line:
+                    return False
+                if line.rstrip("\n") == marker:
+                    return True
+        return False
 
     def send(self, line: str) -> None:
         """Write one request line (no newline inside) to the child; never blocks on its answer."""

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..boundary.convert import from_plain, to_plain
 from ..boundary.options import Workload
 from ..errors import one_line
-from .isolated import run_isolated
+from .isolated import WarmChild
 from .results import CheckResult, UpstreamFamily, UpstreamReport
 
 if TYPE_CHECKING:
@@ -54,7 +54,18 @@ def upstream_knows(family: str) -> tuple[bool, str]:
     return True, ""
 
 
-def run_upstream(plan: FusionPlan, workload: Workload, ours: CheckResult | None = None) -> UpstreamReport:
+READY = "FUSION_CORE_UPSTREAM_READY"
+
+
+def start_upstream() -> WarmChild:
+    """The upstream child, started ahead: it imports torch and transformers while the check runs
+    (the parent waits for :data:`READY` before its timings, so the two never share the CPU)."""
+    return WarmChild("fusion_core.run.upstream", prefix="fusion-upstream-")
+
+
+def run_upstream(
+    plan: FusionPlan, workload: Workload, ours: CheckResult | None = None, child: WarmChild | None = None
+) -> UpstreamReport:
     """Load the model of ``plan`` through upstream fusion in a child process and report what it did.
 
     Only the families transformers knows are compared (others are listed as "not available
@@ -68,6 +79,7 @@ def run_upstream(plan: FusionPlan, workload: Workload, ours: CheckResult | None 
             compared with upstream's classes).
         workload: the check's dtype, seed and sizes (the same inputs as ours).
         ours: our check result, for the side-by-side summary.
+        child: a child from :func:`start_upstream` (default: one started now).
     """
     import transformers
 
@@ -96,7 +108,7 @@ def run_upstream(plan: FusionPlan, workload: Workload, ours: CheckResult | None 
         "workload": to_plain(workload),
     }
     t0 = time.perf_counter()
-    report = _run_worker(request)
+    report = _run_worker(request, child or start_upstream())
     report.available, report.transformers_version = True, version
     report.seconds = time.perf_counter() - t0
     if ours is not None and ours.end_to_end is not None and ours.end_to_end.comparison is not None:
@@ -110,12 +122,11 @@ def run_upstream(plan: FusionPlan, workload: Workload, ours: CheckResult | None 
     return report
 
 
-def _run_worker(request: dict[str, Any]) -> UpstreamReport:
-    """Run the isolated worker: its report, or one that says why there is none (``error``)."""
+def _run_worker(request: dict[str, Any], child: WarmChild) -> UpstreamReport:
+    """Hand ``request`` to the isolated worker: its report, or one that says why there is none (``error``)."""
     try:
-        proc = run_isolated(
-            "fusion_core.run.upstream", json.dumps(request), timeout=TIMEOUT_S, prefix="fusion-upstream-"
-        )
+        child.send(json.dumps(request))
+        proc = child.finish(TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return UpstreamReport(available=True, error=f"the upstream worker took more than {TIMEOUT_S} s; stopped")
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(MARKER)), None)
@@ -264,7 +275,16 @@ def main() -> int:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    request = json.loads(sys.stdin.read())
+    import torch  # noqa: F401 - warm: these imports overlap the parent's check
+
+    from . import capture, loading  # noqa: F401
+
+    sys.stdout.write(READY + "\n")
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    if not line:  # the parent gave up (an error, a cancel)
+        return 0
+    request = json.loads(line)
     try:
         result = _worker(request)
     except Exception as e:  # report, never a traceback on stdout

@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from fusion_core.boundary.options import CheckOptions, ExportOptions, TimingOptions, Workload
 from fusion_core.host import protocol, wire
 from fusion_core.host.ops import (
@@ -117,3 +119,16 @@ def test_the_table_imports_no_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
+
+
+def test_export_params_round_trip_both_shard_size_forms() -> None:
+    """``max_shard_size`` is ``int | str``: both forms cross the wire as they were (the export dialog sends bytes)."""
+    from fusion_core.boundary.options import ExportOptions
+    from fusion_core.host.ops import ExportParams
+
+    for size in (5_000_000_000, "2GB"):
+        params = ExportParams("s", {"patch_embeddings": True}, "/tmp/out", ExportOptions(max_shard_size=size))
+        back = wire.from_plain(ExportParams, json.loads(json.dumps(wire.to_plain(params))))
+        assert back == params and type(back.options.max_shard_size) is type(size)
+    with pytest.raises(ValueError, match=r"expected int \| str"):
+        wire.from_plain(ExportParams, {**wire.to_plain(params), "options": {"max_shard_size": True}})
