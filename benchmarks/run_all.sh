@@ -17,3 +17,4 @@ run benchmarks/bench_families.py "${quick[@]}"
 run benchmarks/bench_load.py "${quick[@]}"
 run benchmarks/bench_export.py "${quick[@]}"
 run benchmarks/bench_gui.py
+run benchmarks/bench_answer.py

@@ -112,6 +112,11 @@ def _leaf_union(value: Any, tp: Any) -> Any:
     raise PlainDataError(f"expected {' | '.join(a.__name__ for a in args)}, got {value!r:.80}")
 
 
+def _none(value: Any, _: Any) -> None:
+    if value is not None:
+        raise PlainDataError(f"expected null, got {value!r:.80}")
+
+
 def _list_of(value: Any) -> list[Any]:
     if not isinstance(value, list):
         raise PlainDataError(f"expected a list, got {type(value).__name__}")
@@ -274,6 +279,7 @@ def _make_converter() -> cattrs.Converter:
     c.register_unstructure_hook_func(lambda tp: isinstance(tp, type) and issubclass(tp, PurePath), str)
     c.register_structure_hook(Path, lambda v, _: Path(_exact(str)(v, str)))
     c.register_structure_hook_func(_is_tuple, _tuple)
+    c.register_structure_hook(type(None), _none)  # an operation that answers nothing
     c.register_structure_hook_func(_is_leaf_union, _leaf_union)  # int | str (a shard size), str | None...
     # a NamedTuple is an object of its fields ({"name": ..., "bytes": ...}), not a list
     c.register_unstructure_hook_factory(is_namedtuple, namedtuple_dict_unstructure_factory)

@@ -57,9 +57,9 @@ def _load_and_check(model_type: str, class_name: str, root: Path) -> None:
     result = check(folder, {FAMILY: True}, repeats=1, upstream=False)  # loads fused and original
     assert result.passed, to_plain(result)
     report = result.load
-    assert report["checkpoint_layout"] == "original" and report["fused_modules"]
-    assert report["missing_keys"] == [] and report["unexpected_keys"] == []
-    assert [m.path for m in result.modules] == [m["module"] for m in report["fused_modules"]]
+    assert report.checkpoint_layout == "original" and report.fused_modules
+    assert report.missing_keys == [] and report.unexpected_keys == []
+    assert [m.path for m in result.modules] == [m.module for m in report.fused_modules]
     assert all(m.fused_class.startswith("Fused") for m in result.modules)
     for module in result.modules:
         assert module.comparison.max_abs_diff <= 1e-5, to_plain(module)
@@ -67,15 +67,19 @@ def _load_and_check(model_type: str, class_name: str, root: Path) -> None:
     assert e2e.max_abs_diff <= 1e-5 + 1e-5 * e2e.max_original, to_plain(e2e)
 
 
+SHARDS = 4  # the classes in four tests, so that parallel workers share them (each takes about a minute)
+
+
 @pytest.mark.slow
-def test_load_and_check_every_family(tiny_root: Path) -> None:
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_load_and_check_every_family(tiny_root: Path, shard: int) -> None:
     failures, checked = [], []
-    for case in fusable_families():
-        for class_name in case.classes:
-            try:
-                _load_and_check(case.model_type, class_name, tiny_root)
-            except Exception as e:  # every class is tried; the message lists each failure
-                failures.append(f"{case.model_type}/{class_name}: {type(e).__name__}: {str(e)[:400]}")
-            checked.append(class_name)
-    assert len(checked) >= 10
+    classes = [(case.model_type, name) for case in fusable_families() for name in case.classes]
+    for model_type, class_name in classes[shard::SHARDS]:
+        try:
+            _load_and_check(model_type, class_name, tiny_root)
+        except Exception as e:  # every class is tried; the message lists each failure
+            failures.append(f"{model_type}/{class_name}: {type(e).__name__}: {str(e)[:400]}")
+        checked.append(class_name)
+    assert len(classes) >= 10 and len(checked) >= len(classes) // SHARDS
     assert not failures, "\n".join(failures)

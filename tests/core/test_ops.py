@@ -132,3 +132,12 @@ def test_export_params_round_trip_both_shard_size_forms() -> None:
         assert back == params and type(back.options.max_shard_size) is type(size)
     with pytest.raises(ValueError, match=r"expected int \| str"):
         wire.from_plain(ExportParams, {**wire.to_plain(params), "options": {"max_shard_size": True}})
+
+
+def test_operations_that_answer_nothing_decode_null() -> None:
+    """``close`` and ``unregister`` answer null: the window decodes it (an error here froze GUI tests' teardown)."""
+    from fusion_core.host.ops import CLOSE, UNREGISTER
+
+    assert CLOSE.decode(None) is None and UNREGISTER.decode(None) is None
+    with pytest.raises(ValueError, match="expected null"):
+        CLOSE.decode({"unexpected": 1})

@@ -38,7 +38,7 @@ def test_workload_controls_and_verdicts(qtbot, window, open_model, only_fusions,
     assert not w.isVisible() and panel.workload_button.text() == "Workload: cpu, 1 threads, batch 2, px 56, tokens 10"
     window.resize(1460, 900)
     result = _run(qtbot, window)
-    assert result.workload["image_size"] == 56 and result.workload["batch"] == 2 and result.workload["threads"] == 1
+    assert result.workload.image_size == 56 and result.workload.batch == 2 and result.workload.threads == 1
     patch = next(m for m in result.modules if m.path == PATCH)
     assert patch.input_shapes == [[2 * 4 * 4, 1176]]
     rows = panel.model.rows
