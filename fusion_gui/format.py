@@ -127,3 +127,10 @@ def _join_dropped(parts: Sequence[str], dropped: Sequence[bool]) -> str:
         else:
             out.append(part)
     return ".".join(out).replace("….", "…")
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters not shown)"

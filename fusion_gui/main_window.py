@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import style
-from .format import human_count
+from .format import bounded, human_count
 from .panels.checks import ChecksPanel
 from .panels.details import DetailsPanel
 from .panels.diff import DiffPanel
@@ -31,6 +31,17 @@ from .panels.open_dialog import OpenDialog, trust_prompt
 from .panels.transforms import TransformsPanel
 from .panels.tree_panel import TreePanel
 from .state import AppState
+
+MAX_MESSAGE_CHARS = 2_000  # an error box's text (names in it come from model folders)
+MAX_DETAILS_CHARS = 100_000  # its details (a traceback)
+
+
+def _html(text: str) -> str:
+    """Text from a model folder inside a rich-text label: escaped and cut, never markup."""
+    import html
+
+    return html.escape(bounded(text, 200))
+
 
 if TYPE_CHECKING:
     from fusion_core.plan.view import InspectionView
@@ -250,8 +261,15 @@ class MainWindow(QMainWindow):
         box.open()
 
     def show_error(self, title: str, message: str, details: str = "") -> QMessageBox:
-        """Show an error without blocking: a window-modal box, kept in ``error_boxes``."""
-        box = QMessageBox(QMessageBox.Icon.Critical, title, message, QMessageBox.StandardButton.Close, self)
+        """Show an error without blocking: a window-modal box, kept in ``error_boxes``.
+
+        The text is plain (a message quotes names from model folders: never markup) and cut
+        to a bounded length, so no folder can make the box render HTML or lay out megabytes.
+        """
+        message, details = bounded(message, MAX_MESSAGE_CHARS), bounded(details, MAX_DETAILS_CHARS)
+        box = QMessageBox(QMessageBox.Icon.Critical, bounded(title, 200), "", QMessageBox.StandardButton.Close, self)
+        box.setTextFormat(Qt.TextFormat.PlainText)
+        box.setText(message)
         box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         if details:
             box.setDetailedText(details)
@@ -273,7 +291,7 @@ class MainWindow(QMainWindow):
     def _on_model_changed(self, insp: InspectionView) -> None:
         weights = f"{insp.checkpoint_tensors} tensors" if insp.has_checkpoint else "config only"
         self.setWindowTitle(f"{insp.name} — Fusion Inspector")
-        self.model_label.setText(f"<b>{insp.name}</b> · {insp.model_class} · {weights}")
+        self.model_label.setText(f"<b>{_html(insp.name)}</b> · {_html(insp.model_class)} · {weights}")
         self.model_label.setToolTip("\n".join([insp.describe, *insp.notes]))
         self.params_label.setText(f"{human_count(insp.tree.total_params)} parameters · {len(insp.tree)} modules")
         self.tree.fit_columns()
@@ -283,7 +301,9 @@ class MainWindow(QMainWindow):
         """A model seen before, from the cache: its tree now, the rest when the engine has opened it."""
         self.tree._on_model_changed(cached)  # the tree panel reads only `.tree` of what it shows
         self.setWindowTitle(f"{cached.name} — Fusion Inspector")
-        self.model_label.setText(f"<b>{cached.name}</b> · {cached.model_class} · from the cache, loading the engine…")
+        self.model_label.setText(
+            f"<b>{_html(cached.name)}</b> · {_html(cached.model_class)} · from the cache, loading the engine…"
+        )
         self.params_label.setText(f"{human_count(cached.tree.total_params)} parameters · {len(cached.tree)} modules")
         self.tree.fit_columns()
 

@@ -149,3 +149,22 @@ def test_screenshot_mode_writes_png_and_exits_0(tmp_path, _isolated_cache):
         timeout=300,
     )
     assert bad.returncode == 1 and "no such folder" in bad.stderr
+
+
+def test_model_text_is_never_markup_and_is_bounded(qtbot, window, open_model, llama_dir, tmp_path):
+    """A folder name or message from a model folder shows as text: no HTML rendered, no megabyte box."""
+    import shutil
+
+    from PySide6.QtCore import Qt
+
+    hostile = "<img src=/dev/zero><h1><font color=red>VERIFIED SAFE</font></h1>"
+    box = window.show_error("Cannot open", f"model_type {hostile} " + "x" * 50_000)
+    assert box.textFormat() == Qt.TextFormat.PlainText
+    assert box.text().startswith(f"model_type {hostile} ") and len(box.text()) < 2_100
+    assert "more characters not shown" in box.text()
+    box.close()
+    folder = tmp_path / "<h1><font color=red>VERIFIED SAFE BY VENDOR"
+    shutil.copytree(llama_dir, folder)
+    open_model(window, str(folder))
+    label = window.model_label.text()
+    assert "&lt;h1&gt;&lt;font color=red&gt;VERIFIED SAFE BY VENDOR" in label and "<h1>" not in label
