@@ -182,7 +182,7 @@ def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Pro
     if options.upstream:  # its imports overlap our loading; it waits for its request until the end
         from .upstream import start_upstream
 
-        child = start_upstream()
+        child = start_upstream(plan)  # None when transformers knows none of the plan's families
     try:
         yield from _checks(plan, options, result, child)
     finally:

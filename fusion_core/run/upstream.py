@@ -57,10 +57,30 @@ def upstream_knows(family: str) -> tuple[bool, str]:
 READY = "FUSION_CORE_UPSTREAM_READY"
 
 
-def start_upstream() -> WarmChild:
+def start_upstream(plan: FusionPlan | None = None) -> WarmChild | None:
     """The upstream child, started ahead: it imports torch and transformers while the check runs
-    (the parent waits for :data:`READY` before its timings, so the two never share the CPU)."""
+    (the parent waits for :data:`READY` before its timings, so the two never share the CPU).
+    None when ``plan`` has no family transformers knows: no child would be asked anything."""
+    if plan is not None and not _known_families(plan)[0]:
+        return None
+    return _spawn()
+
+
+def _spawn() -> WarmChild:
     return WarmChild("fusion_core.run.upstream", prefix="fusion-upstream-")
+
+
+def _known_families(plan: FusionPlan) -> tuple[list[str], list[UpstreamFamily]]:
+    """(the plan's families transformers knows, the others as "not available upstream")."""
+    known: list[str] = []
+    unknown: list[UpstreamFamily] = []
+    for family in plan.fusion_config:
+        ok, why = upstream_knows(family)
+        if ok:
+            known.append(family)
+        else:
+            unknown.append(UpstreamFamily(family, NOT_AVAILABLE, why))
+    return known, unknown
 
 
 def run_upstream(
@@ -79,20 +99,13 @@ def run_upstream(
             compared with upstream's classes).
         workload: the check's dtype, seed and sizes (the same inputs as ours).
         ours: our check result, for the side-by-side summary.
-        child: a child from :func:`start_upstream` (default: one started now).
+        child: a child from :func:`start_upstream` (default: one started when needed).
     """
     import transformers
 
     source = plan.source
     version = transformers.__version__
-    families: list[UpstreamFamily] = []
-    known = []
-    for family in plan.fusion_config:
-        ok, why = upstream_knows(family)
-        if ok:
-            known.append(family)
-        else:
-            families.append(UpstreamFamily(family, NOT_AVAILABLE, why))
+    known, families = _known_families(plan)
     if not known:
         why = "; ".join(f.detail for f in families) or "no family to compare"
         return UpstreamReport(available=False, transformers_version=version, summary=why, families=families)
@@ -108,7 +121,7 @@ def run_upstream(
         "workload": to_plain(workload),
     }
     t0 = time.perf_counter()
-    report = _run_worker(request, child or start_upstream())
+    report = _run_worker(request, child or _spawn())
     report.available, report.transformers_version = True, version
     report.seconds = time.perf_counter() - t0
     if ours is not None and ours.end_to_end is not None and ours.end_to_end.comparison is not None:

@@ -213,3 +213,18 @@ def test_model_larger_than_memory_checks_modules_alone(qwen2_vl_dir: Path, monke
     assert result.modules[0].verified_by == "module sample inputs"
     skipped = result.end_to_end.skipped
     assert skipped.startswith("not run: needs ") and skipped.endswith(", 1 MiB available")
+
+
+def test_an_upstream_child_starts_only_for_families_transformers_knows(qwen2_vl_dir: Path) -> None:
+    """A check starts the upstream child ahead only when it will be asked something: transformers
+    has no ``patch_embeddings_2d``, so a SigLIP check spawns no process (nor waits for one to import)."""
+    from fusion_core.plan.fusion_plan import inspect_model
+    from fusion_core.run.isolated import WarmChild
+    from fusion_core.run.upstream import start_upstream
+
+    assert start_upstream(inspect_model("arch:siglip").plan({"patch_embeddings_2d": True})) is None
+    child = start_upstream(inspect_model(str(qwen2_vl_dir)).plan({"patch_embeddings": True}))
+    try:
+        assert isinstance(child, WarmChild) and child.proc.poll() is None
+    finally:
+        child.close()
