@@ -6,11 +6,13 @@ the beginning of the operation (:class:`fusion_core.run.isolated.WarmChild`), so
 their imports (and the consumers' loading of the source) overlap its own work. This
 benchmark runs each operation both ways in one process, alternating, on the same plan:
 
-* **warm**: as the engine does;
-* **cold**: each child started only when its request is ready (how it was before, and
-  what :func:`fusion_core.run.isolated.run_isolated` still does).
+* **now**: as the engine does: children started ahead, and each child uses the linear-time
+  ``dir()`` of :mod:`fusion_core.run.hf_speedups` (transformers' own is quadratic and runs
+  on every model build once a fusion is registered);
+* **before**: each child started only when its request is ready, with transformers' own
+  ``dir()`` (``FUSION_NO_HF_SPEEDUPS=1``): how it was before both changes.
 
-It prints the median wall time of each side and the ratio cold/warm with its 95% bootstrap
+It prints the median wall time of each side and the ratio before/now with its 95% bootstrap
 interval over the pairs (a ratio measured side by side: these machines are noisy).
 
     .venv/bin/python benchmarks/bench_answer.py [--model demo:qwen2-vl] [--runs 5] [--json]
@@ -29,15 +31,16 @@ from typing import Any
 
 
 class ColdChild:
-    """A WarmChild that starts its process only when the request is sent (the old behaviour)."""
+    """A WarmChild that starts its process only when its answer is asked for (the old behaviour)."""
 
     def __init__(self, module: str, *, prefix: str) -> None:
         self._args = (module, prefix)
         self._child: Any = None
         self._lines: list[str] = []
 
-    def wait_ready(self, marker: str, timeout: float) -> bool:
-        return False  # nothing runs yet: nothing to wait for
+    @property
+    def sent(self) -> int:
+        return len(self._lines)
 
     def send(self, line: str) -> None:
         self._lines.append(line)
@@ -45,6 +48,8 @@ class ColdChild:
     def finish(self, timeout: float) -> Any:
         from fusion_core.run.isolated import WarmChild
 
+        if self._child is not None:  # asked again: the same answer
+            return self._child.finish(timeout)
         module, prefix = self._args
         self._child = WarmChild(module, prefix=prefix)
         for line in self._lines:
@@ -57,6 +62,8 @@ class ColdChild:
 
 
 def _patched(cold: bool) -> Any:
+    import os
+
     import fusion_core.export.consumers as consumers
     import fusion_core.run.upstream as upstream
     from fusion_core.run.isolated import WarmChild
@@ -64,6 +71,10 @@ def _patched(cold: bool) -> Any:
     kind = ColdChild if cold else WarmChild
     upstream.WarmChild = kind
     consumers.WarmChild = kind
+    if cold:
+        os.environ["FUSION_NO_HF_SPEEDUPS"] = "1"
+    else:
+        os.environ.pop("FUSION_NO_HF_SPEEDUPS", None)
 
 
 def main() -> int:
@@ -108,8 +119,8 @@ def main() -> int:
         ratios = [c / w for c, w in zip(times[True], times[False])]
         center, low, high = ratio_interval(ratios)
         report[name] = {
-            "cold_s": statistics.median(times[True]),
-            "warm_s": statistics.median(times[False]),
+            "before_s": statistics.median(times[True]),
+            "now_s": statistics.median(times[False]),
             "ratio": center,
             "low": low,
             "high": high,
@@ -117,8 +128,8 @@ def main() -> int:
         if not args.json:
             r = report[name]
             print(
-                f"{name:26} cold {r['cold_s']:6.2f} s  warm {r['warm_s']:6.2f} s  "
-                f"cold/warm {center:.2f}x [{low:.2f}, {high:.2f}] ({args.runs} pairs)",
+                f"{name:26} before {r['before_s']:6.2f} s  now {r['now_s']:6.2f} s  "
+                f"before/now {center:.2f}x [{low:.2f}, {high:.2f}] ({args.runs} pairs)",
                 flush=True,
             )
     if args.json:

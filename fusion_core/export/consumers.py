@@ -253,8 +253,10 @@ def _main() -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import transformers  # noqa: F401 - warm: the imports overlap the parent's writing
 
+    from ..run import hf_speedups
     from ..run.loading import load  # noqa: F401
 
+    hf_speedups.install()
     prepared = _prepare(json.loads(sys.stdin.readline()))  # the source, while the export is written
     line = sys.stdin.readline()
     if not line:  # the parent gave up (an error, a cancel)

@@ -23,8 +23,10 @@ and one verdict line per family (:mod:`fusion_core.run.verdicts`). Upstream pari
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import subprocess
 import time
 from collections.abc import Generator
 from pathlib import Path
@@ -179,10 +181,11 @@ def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Pro
         result.seconds = time.perf_counter() - t0
         return result
     child = None
-    if options.upstream:  # its imports overlap our loading; it waits for its request until the end
+    if options.upstream:  # asked at once: its imports and its run overlap our loading
         from .upstream import start_upstream
 
-        child = start_upstream(plan)  # None when transformers knows none of the plan's families
+        # None when transformers knows none of the plan's families
+        child = start_upstream(plan, workload)
     try:
         yield from _checks(plan, options, result, child)
     finally:
@@ -198,15 +201,16 @@ def _checks(
 ) -> Generator[Progress, None, None]:
     """The checks of :func:`_run` past the plan: modules, end to end, verdicts, upstream (``child``)."""
     from .modules import fits_in_memory
-    from .upstream import READY
+    from .upstream import TIMEOUT_S
     from .verdicts import family_verdicts, project
 
     workload, timing, src = options.workload, options.timing, plan.source
     dtype, device = workload.dtype, workload.device
 
-    def settle() -> None:  # timings never share the CPU with the child's imports
+    def settle() -> None:  # timings never share the CPU with the child: its answer comes first
         if child is not None:
-            child.wait_ready(READY, 60)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # run_upstream reports it
+                child.finish(TIMEOUT_S)
 
     too_big = "" if options.modules_only else fits_in_memory(plan, dtype, device)
     if options.modules_only or too_big:

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 __all__ = ["WarmChild", "isolated_command", "run_isolated"]
@@ -65,14 +64,19 @@ class WarmChild:
     ``start`` launches ``python -m module`` isolated (as :func:`run_isolated`) at once; the
     child imports torch and transformers, then reads JSON lines on stdin. :meth:`send`
     hands it one request line without waiting; :meth:`finish` closes its input and returns
-    what it printed, as :func:`run_isolated` does. A child that is never finished is
-    killed by :meth:`close` (also on garbage collection of the parent's ``with`` block).
+    what it printed, as :func:`run_isolated` does (again on a later call: the first answer is
+    kept). A child that is never finished is killed by :meth:`close` (also on garbage
+    collection of the parent's ``with`` block).
     """
 
     def __init__(self, module: str, *, prefix: str) -> None:
         argv, env = isolated_command(module)
         self._folder = tempfile.TemporaryDirectory(prefix=prefix)
         self._argv = argv
+        self._done: subprocess.CompletedProcess[str] | None = None
+        self._timed_out = False
+        #: request lines sent so far
+        self.sent = 0
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -83,33 +87,12 @@ class WarmChild:
             cwd=self._folder.name,
         )
 
-    def wait_ready(self, marker: str, timeout: float) -> bool:
-        """Wait until the child printed the line ``marker`` (its imports are done), at most ``timeout`` s.
-
-        The parent calls this before work that must not share the CPU with the child's
-        imports (timings). False when the child ended or took longer.
-        """
-        import selectors
-
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            while (left := deadline - time.monotonic()) > 0:
-                if not sel.select(left):
-                    return False
-                line = self.proc.stdout.readline()
-                if not line:
-                    return False
-                if line.rstrip("\n") == marker:
-                    return True
-        return False
-
     def send(self, line: str) -> None:
         """Write one request line (no newline inside) to the child; never blocks on its answer."""
         if "\n" in line:
             raise ValueError("a request is one line")
         assert self.proc.stdin is not None
+        self.sent += 1
         try:
             self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()
@@ -117,19 +100,27 @@ class WarmChild:
             pass
 
     def finish(self, timeout: float) -> subprocess.CompletedProcess[str]:
-        """Close the child's input, wait for it to end, and return what it printed.
+        """Close the child's input, wait for it to end, and return what it printed (what it
+        printed the first time, when called again).
 
         Raises:
-            subprocess.TimeoutExpired: it took longer than ``timeout`` (it is killed first).
+            subprocess.TimeoutExpired: it took longer than ``timeout`` (it is killed first; a
+                later call raises it again).
         """
+        if self._done is not None:
+            return self._done
+        if self._timed_out:
+            raise subprocess.TimeoutExpired(self._argv, timeout)
         try:
             out, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self._timed_out = True
             self.close()
             raise
         finally:
             self._folder.cleanup()
-        return subprocess.CompletedProcess(self._argv, self.proc.returncode, out, err)
+        self._done = subprocess.CompletedProcess(self._argv, self.proc.returncode, out, err)
+        return self._done
 
     def close(self) -> None:
         """Stop the child if it still runs (a request that will not come: cancel, an error)."""

@@ -54,16 +54,21 @@ def upstream_knows(family: str) -> tuple[bool, str]:
     return True, ""
 
 
-READY = "FUSION_CORE_UPSTREAM_READY"
+def start_upstream(plan: FusionPlan | None = None, workload: Workload | None = None) -> WarmChild | None:
+    """The upstream child, started ahead; None when ``plan`` has no family transformers knows
+    (no child would be asked anything).
 
-
-def start_upstream(plan: FusionPlan | None = None) -> WarmChild | None:
-    """The upstream child, started ahead: it imports torch and transformers while the check runs
-    (the parent waits for :data:`READY` before its timings, so the two never share the CPU).
-    None when ``plan`` has no family transformers knows: no child would be asked anything."""
+    With ``workload``, the request is sent at once: the request needs only the plan and the
+    workload, so the child imports, loads and runs while the check does its own loading, and
+    the parent waits for the child's answer before its timings (the two never share the CPU
+    while a timing runs). Without it, the child imports and then waits for its request.
+    """
     if plan is not None and not _known_families(plan)[0]:
         return None
-    return _spawn()
+    child = _spawn()
+    if plan is not None and workload is not None:
+        child.send(json.dumps(_request(plan, workload)))
+    return child
 
 
 def _spawn() -> WarmChild:
@@ -103,25 +108,14 @@ def run_upstream(
     """
     import transformers
 
-    source = plan.source
     version = transformers.__version__
     known, families = _known_families(plan)
     if not known:
         why = "; ".join(f.detail for f in families) or "no family to compare"
         return UpstreamReport(available=False, transformers_version=version, summary=why, families=families)
     paths = [p for p, fam in plan.matched_paths.items() if fam in known]
-    request = {
-        "folder": str(Path(source.folder).resolve()),  # the worker runs in a neutral directory
-        "model_class": source.model_class.__name__,
-        "fusion_config": {k: v for k, v in plan.fusion_config.items() if k in known},
-        "dtype": workload.dtype,
-        "seed": workload.seed,
-        "paths": paths,
-        "trust_remote_code": source.trust_remote_code,
-        "workload": to_plain(workload),
-    }
     t0 = time.perf_counter()
-    report = _run_worker(request, child or _spawn())
+    report = _run_worker(_request(plan, workload), child or _spawn())
     report.available, report.transformers_version = True, version
     report.seconds = time.perf_counter() - t0
     if ours is not None and ours.end_to_end is not None and ours.end_to_end.comparison is not None:
@@ -135,10 +129,28 @@ def run_upstream(
     return report
 
 
+def _request(plan: FusionPlan, workload: Workload) -> dict[str, Any]:
+    """What the worker is asked: everything it needs to load, fuse and run the model of ``plan``."""
+    known, _ = _known_families(plan)
+    source = plan.source
+    return {
+        "folder": str(Path(source.folder).resolve()),  # the worker runs in a neutral directory
+        "model_class": source.model_class.__name__,
+        "fusion_config": {k: v for k, v in plan.fusion_config.items() if k in known},
+        "dtype": workload.dtype,
+        "seed": workload.seed,
+        "paths": [p for p, fam in plan.matched_paths.items() if fam in known],
+        "trust_remote_code": source.trust_remote_code,
+        "workload": to_plain(workload),
+    }
+
+
 def _run_worker(request: dict[str, Any], child: WarmChild) -> UpstreamReport:
-    """Hand ``request`` to the isolated worker: its report, or one that says why there is none (``error``)."""
+    """Hand ``request`` to the isolated worker (unless it was sent when the child started): its
+    report, or one that says why there is none (``error``)."""
     try:
-        child.send(json.dumps(request))
+        if not child.sent:
+            child.send(json.dumps(request))
         proc = child.finish(TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return UpstreamReport(available=True, error=f"the upstream worker took more than {TIMEOUT_S} s; stopped")
@@ -290,10 +302,9 @@ def main() -> int:
     hf_logging.disable_progress_bar()
     import torch  # noqa: F401 - warm: these imports overlap the parent's check
 
-    from . import capture, loading  # noqa: F401
+    from . import capture, hf_speedups, loading  # noqa: F401
 
-    sys.stdout.write(READY + "\n")
-    sys.stdout.flush()
+    hf_speedups.install()
     line = sys.stdin.readline()
     if not line:  # the parent gave up (an error, a cancel)
         return 0
