@@ -1,19 +1,20 @@
 """Benchmark: time to an answer for a check (with upstream parity) and an export (with its consumers).
 
 Both start isolated child processes (``python -I``) that import torch and transformers:
-the upstream reference of a check, the consumers of an export. The engine starts them at
-the beginning of the operation (:class:`fusion_core.run.isolated.WarmChild`), so that
-their imports (and the consumers' loading of the source) overlap its own work. This
-benchmark runs each operation both ways in one process, alternating, on the same plan:
+the upstream reference of a check, the consumers of an export. This benchmark runs each
+operation three ways in one process, rotating, on the same plan:
 
-* **now**: as the engine does: children started ahead, and each child uses the linear-time
-  ``dir()`` of :mod:`fusion_core.run.hf_speedups` (transformers' own is quadratic and runs
-  on every model build once a fusion is registered);
 * **before**: each child started only when its request is ready, with transformers' own
-  ``dir()`` (``FUSION_NO_HF_SPEEDUPS=1``): how it was before both changes.
+  ``dir()`` (``FUSION_NO_HF_SPEEDUPS=1``): how it was before these changes;
+* **cli**: as a CLI run does: children started at the start of the operation (the upstream
+  request sent at once), with the linear-time ``dir()``;
+* **app**: as the window's engine does: also a spare child kept between operations
+  (:func:`fusion_core.run.isolated.keep_spares`), started after the previous operation; the
+  benchmark waits 1.5 child import times before the next one (the user reading the result).
 
-It prints the median wall time of each side and the ratio before/now with its 95% bootstrap
-interval over the pairs (a ratio measured side by side: these machines are noisy).
+It prints the median wall time of each side and the ratios before/cli and before/app with
+their 95% bootstrap intervals over the rounds (ratios measured side by side: these machines
+are noisy).
 
     .venv/bin/python benchmarks/bench_answer.py [--model demo:qwen2-vl] [--runs 5] [--json]
 """
@@ -33,7 +34,7 @@ from typing import Any
 class ColdChild:
     """A WarmChild that starts its process only when its answer is asked for (the old behaviour)."""
 
-    def __init__(self, module: str, *, prefix: str) -> None:
+    def __init__(self, module: str, *, prefix: str = "fusion-child-") -> None:
         self._args = (module, prefix)
         self._child: Any = None
         self._lines: list[str] = []
@@ -61,27 +62,40 @@ class ColdChild:
             self._child.close()
 
 
-def _patched(cold: bool) -> Any:
+MODES = ("before", "cli", "app")
+
+
+def _patched(mode: str) -> Any:
     import os
 
     import fusion_core.export.consumers as consumers
     import fusion_core.run.upstream as upstream
-    from fusion_core.run.isolated import WarmChild
+    from fusion_core.run import isolated
 
-    kind = ColdChild if cold else WarmChild
-    upstream.WarmChild = kind
-    consumers.WarmChild = kind
-    if cold:
+    kind = ColdChild if mode == "before" else isolated.child_for
+    upstream.child_for = kind
+    consumers.child_for = kind
+    if mode == "before":
         os.environ["FUSION_NO_HF_SPEEDUPS"] = "1"
     else:
         os.environ.pop("FUSION_NO_HF_SPEEDUPS", None)
+    isolated.keep_spares(1 if mode == "app" else 0)
+
+
+def _import_seconds() -> float:
+    """How long one child takes to import (it starts, warms up, reads end of input, and ends)."""
+    from fusion_core.run.isolated import WarmChild
+
+    t0 = time.perf_counter()
+    WarmChild().finish(300)
+    return time.perf_counter() - t0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="demo:qwen2-vl")
     parser.add_argument("--fusion", default="patch_embeddings")
-    parser.add_argument("--runs", type=int, default=5, help="pairs per operation (after one warm-up pair)")
+    parser.add_argument("--runs", type=int, default=5, help="rounds per operation (after one warm-up round)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -105,31 +119,38 @@ def main() -> int:
         result = drive(iter_export(plan, out, ExportOptions()), None, None)
         assert [c.status for c in result.consumers] == ["loads exactly", "loads exactly"], result.consumers
 
-    report: dict[str, Any] = {"model": args.model, "fusion": args.fusion, "runs": args.runs}
+    from fusion_core.run import isolated
+
+    idle = 1.5 * _import_seconds()  # the app's spare starts after the previous operation
+    report: dict[str, Any] = {"model": args.model, "fusion": args.fusion, "runs": args.runs, "spare_idle_s": idle}
     for name, operation in (("check (with upstream)", check), ("export (with consumers)", export)):
-        times: dict[bool, list[float]] = {True: [], False: []}
+        times: dict[str, list[float]] = {m: [] for m in MODES}
         for i in range(args.runs + 1):
-            for cold in (i % 2 == 0, i % 2 == 1):  # alternate which side goes first
-                _patched(cold)
+            for k in range(len(MODES)):  # rotate which side goes first
+                mode = MODES[(i + k) % len(MODES)]
+                _patched(mode)
+                if mode == "app":  # the engine refills between operations; the user looks at the result
+                    isolated.refill_spares()
+                    time.sleep(idle)
                 t0 = time.perf_counter()
                 operation()
-                if i:  # the first pair warms this process up (imports, caches)
-                    times[cold].append(time.perf_counter() - t0)
-        _patched(False)
-        ratios = [c / w for c, w in zip(times[True], times[False])]
-        center, low, high = ratio_interval(ratios)
-        report[name] = {
-            "before_s": statistics.median(times[True]),
-            "now_s": statistics.median(times[False]),
-            "ratio": center,
-            "low": low,
-            "high": high,
-        }
+                if i:  # the first round warms this process up (imports, caches)
+                    times[mode].append(time.perf_counter() - t0)
+        _patched("cli")
+        entry: dict[str, Any] = {f"{m}_s": statistics.median(times[m]) for m in MODES}
+        for m in ("cli", "app"):
+            center, low, high = ratio_interval([b / n for b, n in zip(times["before"], times[m])])
+            entry[f"before/{m}"] = {"ratio": center, "low": low, "high": high}
+        report[name] = entry
         if not args.json:
-            r = report[name]
             print(
-                f"{name:26} before {r['before_s']:6.2f} s  now {r['now_s']:6.2f} s  "
-                f"before/now {center:.2f}x [{low:.2f}, {high:.2f}] ({args.runs} pairs)",
+                f"{name:26} before {entry['before_s']:6.2f} s  cli {entry['cli_s']:6.2f} s  app {entry['app_s']:6.2f} s"
+                + "".join(
+                    f"  before/{m} {entry[f'before/{m}']['ratio']:.2f}x "
+                    f"[{entry[f'before/{m}']['low']:.2f}, {entry[f'before/{m}']['high']:.2f}]"
+                    for m in ("cli", "app")
+                )
+                + f" ({args.runs} rounds)",
                 flush=True,
             )
     if args.json:

@@ -10,6 +10,8 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# engine processes in tests keep no spare child (it would import torch for nothing); test_spares covers them
+os.environ.setdefault("FUSION_SPARE_CHILDREN", "0")
 
 
 @pytest.fixture(scope="session", autouse=True)

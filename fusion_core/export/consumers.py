@@ -19,7 +19,6 @@ unexpected keys, or other outputs).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 from ..boundary.convert import from_plain, to_plain
 from ..errors import ExportError, one_line
-from ..run.isolated import WarmChild
+from ..run.isolated import child_for
 from .result import Consumer
 
 __all__ = ["LOADS_EXACTLY", "LOADS_WRONG", "REFUSES", "predicted_consumers", "transformers_accepts", "try_consumers"]
@@ -41,7 +40,7 @@ _MARK = "FUSION_CORE_CONSUMERS "
 class ConsumerProbe:
     """The consumers' child process, started before the export is written.
 
-    The child (``python -I``, empty working folder: :class:`fusion_core.run.isolated.WarmChild`)
+    The child (``python -I``, empty working folder: :func:`fusion_core.run.isolated.child_for`)
     imports torch and transformers, loads the source model and picks its inputs while the
     parent writes; :meth:`run` then hands it the written folder. One probe answers once.
 
@@ -52,7 +51,7 @@ class ConsumerProbe:
     """
 
     def __init__(self, source_folder: Path, paths: list[str], *, trust_remote_code: bool = False) -> None:
-        self._child = WarmChild("fusion_core.export.consumers", prefix="fusion-core-consumers-")
+        self._child = child_for("fusion_core.export.consumers", prefix="fusion-core-consumers-")
         first = {"source": str(Path(source_folder).resolve()), "paths": paths, "trust_remote_code": trust_remote_code}
         self._child.send(json.dumps(first))
 
@@ -244,27 +243,15 @@ def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> list[Consum
     return consumers
 
 
-def _main() -> int:
-    import logging
-    import warnings
-
-    warnings.simplefilter("ignore")
-    logging.disable(logging.WARNING)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers  # noqa: F401 - warm: the imports overlap the parent's writing
-
-    from ..run import hf_speedups
-    from ..run.loading import load  # noqa: F401
-
-    hf_speedups.install()
-    prepared = _prepare(json.loads(sys.stdin.readline()))  # the source, while the export is written
+def serve() -> int:
+    """The probe, in a child of :mod:`fusion_core.run.child`: the source line, then the written one."""
+    first = sys.stdin.readline()
+    if not first:  # the parent gave up before asking anything
+        return 0
+    prepared = _prepare(json.loads(first))  # the source, while the export is written
     line = sys.stdin.readline()
     if not line:  # the parent gave up (an error, a cancel)
         return 0
     result = _probe(prepared, json.loads(line))
     sys.stdout.write("\n" + _MARK + json.dumps(to_plain(result)) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

@@ -11,6 +11,11 @@ Long operations run on a thread each and can be cancelled; quick ones run in ord
 one thread. Each window is a *session* holding its opened model (the meta model stays
 here). Anything the engine or a library prints goes to stderr: stdout carries messages only.
 When stdin closes (the window went away), running jobs are cancelled and the process ends.
+
+Between operations the engine keeps one spare child process with torch and transformers
+imported (:func:`fusion_core.run.isolated.keep_spares`), so a check's upstream reference
+and an export's consumers do not wait for those imports; ``FUSION_SPARE_CHILDREN=0`` keeps
+none (the tests do, to spare the CPU).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import IO, Any
 
+from ..run.isolated import close_spares, keep_spares, refill_spares
 from . import protocol, wire
 from .ops import (
     CHECK,
@@ -131,6 +137,7 @@ class Host:
             thread.join(timeout=30)
         self._quick.put(None)  # the quick requests sent before it are answered first
         quick.join(timeout=30)
+        close_spares()
 
     def dispatch(self, method: str, params: Any, job_id: int | None) -> None:
         """Start the request ``method(params)``; its answer goes out when it ends."""
@@ -195,6 +202,9 @@ class Host:
             self._tokens.pop(job_id, None)
             if op is OPEN and args.restore:
                 self._restoring.pop(args.session, threading.Event()).set()
+            # a quiet moment: the next check's upstream child or export's consumers find a
+            # spare whose imports are done (none are kept when FUSION_SPARE_CHILDREN=0)
+            refill_spares()
 
     def _quick_loop(self) -> None:
         self._warm_up()
@@ -342,6 +352,11 @@ def main() -> int:
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever prints goes to stderr
     sys.stdout = sys.stderr
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        spares = int(os.environ.get("FUSION_SPARE_CHILDREN", "1"))
+    except ValueError:
+        spares = 1
+    keep_spares(spares)
     host = Host(out)
     handler = _Forward(host)
     handler.setFormatter(logging.Formatter("%(message)s"))

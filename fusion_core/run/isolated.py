@@ -8,13 +8,15 @@ folder or in the user's working directory is never imported (DESIGN.md, Security
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
-__all__ = ["WarmChild", "isolated_command", "run_isolated"]
+__all__ = ["WarmChild", "child_for", "close_spares", "isolated_command", "keep_spares", "refill_spares", "run_isolated"]
 
 # the folder holding the fusion_core package, put first on the child's sys.path
 _ROOT = str(Path(__file__).resolve().parents[2])
@@ -61,20 +63,23 @@ def run_isolated(module: str, stdin: str, *, timeout: float, prefix: str) -> sub
 class WarmChild:
     """An isolated child started ahead of its request, so its imports overlap the parent's work.
 
-    ``start`` launches ``python -m module`` isolated (as :func:`run_isolated`) at once; the
-    child imports torch and transformers, then reads JSON lines on stdin. :meth:`send`
-    hands it one request line without waiting; :meth:`finish` closes its input and returns
-    what it printed, as :func:`run_isolated` does (again on a later call: the first answer is
-    kept). A child that is never finished is killed by :meth:`close` (also on garbage
-    collection of the parent's ``with`` block).
+    It runs :mod:`fusion_core.run.child` isolated (as :func:`run_isolated` does), which imports
+    torch and transformers at once and then serves the module it is given: ``module`` here,
+    or later with :meth:`assign` (a spare, see :func:`keep_spares`). :meth:`send` hands it one
+    request line without waiting; :meth:`finish` closes its input and returns what it
+    printed, as :func:`run_isolated` does (again on a later call: the first answer is kept).
+    A child that is never finished is killed by :meth:`close` (also on garbage collection of
+    the parent's ``with`` block).
     """
 
-    def __init__(self, module: str, *, prefix: str) -> None:
-        argv, env = isolated_command(module)
+    def __init__(self, module: str | None = None, *, prefix: str = "fusion-child-") -> None:
+        argv, env = isolated_command("fusion_core.run.child")
         self._folder = tempfile.TemporaryDirectory(prefix=prefix)
         self._argv = argv
         self._done: subprocess.CompletedProcess[str] | None = None
         self._timed_out = False
+        #: the module it serves (None: a spare not yet given one)
+        self.module: str | None = None
         #: request lines sent so far
         self.sent = 0
         self.proc = subprocess.Popen(
@@ -86,18 +91,32 @@ class WarmChild:
             env=env,
             cwd=self._folder.name,
         )
+        if module is not None:
+            self.assign(module)
 
-    def send(self, line: str) -> None:
-        """Write one request line (no newline inside) to the child; never blocks on its answer."""
-        if "\n" in line:
-            raise ValueError("a request is one line")
+    def assign(self, module: str) -> None:
+        """Give the child the module it serves (once; see :data:`fusion_core.run.child.SERVES`)."""
+        if self.module is not None:
+            raise ValueError(f"this child already serves {self.module}")
+        self.module = module
+        self._write(json.dumps({"serve": module}))
+
+    def _write(self, line: str) -> None:
         assert self.proc.stdin is not None
-        self.sent += 1
         try:
             self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:  # it died: finish() reports its stderr
             pass
+
+    def send(self, line: str) -> None:
+        """Write one request line (no newline inside) to the child; never blocks on its answer."""
+        if "\n" in line:
+            raise ValueError("a request is one line")
+        if self.module is None:
+            raise ValueError("assign the child its module first")
+        self.sent += 1
+        self._write(line)
 
     def finish(self, timeout: float) -> subprocess.CompletedProcess[str]:
         """Close the child's input, wait for it to end, and return what it printed (what it
@@ -134,3 +153,53 @@ class WarmChild:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- spares: children whose imports are done before an operation asks for one ---------------
+
+_spares: list[WarmChild] = []
+_spares_lock = threading.Lock()
+_keep = 0
+
+
+def keep_spares(count: int) -> None:
+    """Keep ``count`` spare children from now on (0: none, the default; a CLI run needs none).
+
+    The window's engine keeps one: a check's upstream child or an export's consumers then
+    start with their imports done. A spare holds torch and transformers in memory (a few
+    hundred MB) and serves one job. :func:`refill_spares` starts them; the caller picks when,
+    so their imports do not share the CPU with an operation's timings.
+    """
+    global _keep
+    with _spares_lock:
+        _keep = max(0, count)
+    if count <= 0:
+        close_spares()
+
+
+def refill_spares() -> None:
+    """Start spares until :func:`keep_spares` many are alive (a quiet moment: between operations)."""
+    with _spares_lock:
+        _spares[:] = [c for c in _spares if c.proc.poll() is None]
+        while len(_spares) < _keep:
+            _spares.append(WarmChild())
+
+
+def child_for(module: str, *, prefix: str = "fusion-child-") -> WarmChild:
+    """A child serving ``module``: a spare whose imports are done when there is one, else a new one."""
+    with _spares_lock:
+        while _spares:
+            child = _spares.pop(0)
+            if child.proc.poll() is None:
+                child.assign(module)
+                return child
+            child.close()
+    return WarmChild(module, prefix=prefix)
+
+
+def close_spares() -> None:
+    """Stop every spare (the engine ends)."""
+    with _spares_lock:
+        spares, _spares[:] = list(_spares), []
+    for child in spares:
+        child.close()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..boundary.convert import from_plain, to_plain
 from ..boundary.options import Workload
 from ..errors import one_line
-from .isolated import WarmChild
+from .isolated import WarmChild, child_for
 from .results import CheckResult, UpstreamFamily, UpstreamReport
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def start_upstream(plan: FusionPlan | None = None, workload: Workload | None = N
 
 
 def _spawn() -> WarmChild:
-    return WarmChild("fusion_core.run.upstream", prefix="fusion-upstream-")
+    return child_for("fusion_core.run.upstream", prefix="fusion-upstream-")
 
 
 def _known_families(plan: FusionPlan) -> tuple[list[str], list[UpstreamFamily]]:
@@ -294,17 +294,9 @@ def _worker(request: dict[str, Any]) -> UpstreamReport:
     return out
 
 
-def main() -> int:
-    """Worker entry point: one JSON request on stdin, one marked line on stdout (the report's plain form)."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    import torch  # noqa: F401 - warm: these imports overlap the parent's check
-
-    from . import capture, hf_speedups, loading  # noqa: F401
-
-    hf_speedups.install()
+def serve() -> int:
+    """The worker, in a child of :mod:`fusion_core.run.child`: one JSON request on stdin, one
+    marked line on stdout (the report's plain form)."""
     line = sys.stdin.readline()
     if not line:  # the parent gave up (an error, a cancel)
         return 0
@@ -318,7 +310,3 @@ def main() -> int:
     sys.stdout.write(MARKER + json.dumps(to_plain(result)) + "\n")
     sys.stdout.flush()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The one entry point of our isolated children: the heavy imports first, then the job it is given.
+
+:class:`fusion_core.run.isolated.WarmChild` starts ``python -I -m fusion_core.run.child``
+from an empty folder. The child imports torch, transformers and its model-loading machinery
+(about 3 s on one core: most of a child's time to its answer), then reads one line that
+names what it serves, ``{"serve": "fusion_core.run.upstream"}``, and hands its input to that
+module's ``serve()``. A child serves one job and ends, so nothing one load leaves in the
+process (transformers' fusion registries leak, DESIGN.md upstream defect 3) reaches another.
+
+Because what it serves comes last, a long-lived process (the window's engine) can start a
+*spare* child ahead of any operation (:func:`fusion_core.run.isolated.keep_spares`): the
+next check or export then finds one whose imports are done.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+__all__ = ["SERVES", "main"]
+
+#: the modules a child may serve (each has a ``serve() -> int`` reading its requests on stdin)
+SERVES = ("fusion_core.run.upstream", "fusion_core.export.consumers")
+
+
+def _warm() -> None:
+    import logging
+    import os
+    import warnings
+
+    warnings.simplefilter("ignore")
+    logging.disable(logging.WARNING)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch  # noqa: F401
+    import transformers.modeling_utils  # noqa: F401 - pulls core_model_loading, generation, masking
+    from transformers.utils import logging as hf_logging
+
+    from . import capture, hf_speedups, loading  # noqa: F401
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    hf_speedups.install()
+
+
+def main() -> int:
+    """Warm up, then serve the module named by the first line of stdin (none: the parent gave up)."""
+    _warm()
+    line = sys.stdin.readline()
+    if not line:
+        return 0
+    target = json.loads(line).get("serve")
+    if target not in SERVES:
+        sys.stderr.write(f"a child serves one of {', '.join(SERVES)}, not {target!r:.80}\n")
+        return 2
+    return int(importlib.import_module(target).serve())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
