@@ -75,7 +75,7 @@ def alpha_for(scale: float, rank: int, rslora: bool) -> float:
     """An alpha for which PEFT computes exactly ``scale`` at ``rank`` (whole when one is)."""
     guess = scale * math.sqrt(rank) if rslora else scale * rank
     near = [round(guess)] if abs(guess - round(guess)) < 1e-9 else []
-    cand = near + [guess]
+    cand = [*near, guess]
     up = down = guess
     for _ in range(8):  # the float next to the guess when a product rounded
         up, down = math.nextafter(up, math.inf), math.nextafter(down, -math.inf)
