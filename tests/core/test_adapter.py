@@ -129,7 +129,9 @@ def test_adapter_trained_on_fused_model_to_original(llama_dir: Path, tmp_path: P
     adapter = make_adapter(
         tmp_path / "src", llama_dir, fused=True, seed=2, r=4, lora_alpha=16, target_modules=["qkv_proj", "gate_up_proj"]
     )
-    res = fusion_core.convert_adapter(adapter, tmp_path / "orig", base=llama_dir, fusions=list(FUSIONS), verify_outputs=False)
+    res = fusion_core.convert_adapter(
+        adapter, tmp_path / "orig", base=llama_dir, fusions=list(FUSIONS), verify_outputs=False
+    )
     assert (res.source_layout, res.layout) == ("fused", "original")
     assert {s.op for s in res.steps} == {"share_a_split_b"}
     cfg = json.loads((tmp_path / "orig" / "adapter_config.json").read_text())
