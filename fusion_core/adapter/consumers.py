@@ -165,12 +165,17 @@ def _probe(ctx: dict[str, Any], spec: dict[str, Any]) -> ProbeAnswer:
         name, base_how = names[layout]
         entry = Consumer(name, REFUSES, f"PeftModel.from_pretrained({base_how}, {where})")
         consumers.append(entry)
+        import warnings
+
         try:
-            model = _with_adapter(loaders[layout](ctx), spec["written"])
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                model = _with_adapter(loaders[layout](ctx), spec["written"])
             got = _run(model, found)
         except Exception as e:  # any failure to load or run is the consumer refusing
             entry.detail = one_line(e, named=True, first=True)
             continue
+        peft_said = [" ".join(str(w.message).split())[:300] for w in said if "peft" in (w.filename or "")]
         c = compare(want, got, "float32")
         entry.max_abs_diff = c.max_abs_diff
         if c.passed:
@@ -184,6 +189,8 @@ def _probe(ctx: dict[str, Any], spec: dict[str, Any]) -> ProbeAnswer:
             entry.detail = (
                 f"outputs differ from the source adapter's ({c.note or f'max abs diff {c.max_abs_diff:.3g}'})"
             )
+            if peft_said:  # e.g. the fused adapter on the unfused model: PEFT loads the modules it finds, and warns
+                entry.detail += f"; PEFT warned: {peft_said[0]}"
     ref_name = names[src_layout][0].replace(" (", " with the source adapter (")
     outputs = {
         "reference": ref_name,
