@@ -45,6 +45,8 @@ class AdapterStep:
     target_ranks: tuple[int, ...]
     target_alphas: tuple[float, ...]
     note: str = ""  # e.g. "k_proj has no adapter: zero block"; scale ratios folded into B
+    owner: str = ""  # the module holding the group (model path), e.g. ``model.layers.0.self_attn``
+    members: tuple[str, ...] = ()  # every member of the group, in order (``source_ranks`` for stacking)
 
 
 @dataclass

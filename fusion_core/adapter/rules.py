@@ -309,6 +309,8 @@ def _stack(g: Group, parts: list[LoraModule | None], names: _Names, rslora: bool
         target_ranks=(total,),
         target_alphas=(alpha,),
         note="; ".join(notes),
+        owner=g.fused.rsplit(".", 1)[0] if "." in g.fused else "",
+        members=tuple(names.adapter(m) for m in g.members),
     )
     return Step(plain, g, ranks, ratios, fused_name, tuple(names.adapter(m) for m in g.members))
 
@@ -382,6 +384,8 @@ def _split(g: Group, mod: LoraModule, names: _Names, rec: dict[str, Any] | None,
         target_ranks=tuple(out_ranks),
         target_alphas=tuple(out_alphas),
         note=note,
+        owner=g.fused.rsplit(".", 1)[0] if "." in g.fused else "",
+        members=member_names,
     )
     return Step(plain, g, ranks, tuple(ratios), fused_name, member_names)
 
