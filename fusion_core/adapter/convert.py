@@ -85,9 +85,10 @@ def run_step(step: Step, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     import torch
 
     g, op = step.group, step.plain.op
+    n = 3 if step.dora else 2  # tensors per module: A, B (and DoRA's magnitude)
     if op == STACK:
-        a_parts = inputs[0::2]
-        b_parts = inputs[1::2]
+        a_parts = inputs[0::n]
+        b_parts = inputs[1::n]
         total = sum(step.ranks)
         a = torch.cat(a_parts, dim=0)
         b = torch.zeros(sum(g.sizes), total, dtype=b_parts[0].dtype)
@@ -98,14 +99,16 @@ def run_step(step: Step, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
                 i += 1
                 col += r
             row += size
-        return [a, b]
-    a, b = inputs
+        return [a, b, torch.cat(inputs[2::n])] if step.dora else [a, b]
+    a, b = inputs[:2]
+    m = inputs[2] if step.dora else None
     out: list[torch.Tensor] = []
     row = col = 0
     for name, size, r, ratio in zip(step.member_names, g.sizes, step.ranks, step.ratios):
         rows = b[row : row + size]
+        mag = [m[row : row + size].clone()] if m is not None else []
         if op == SHARE:
-            out += [a.clone(), rows.clone()]
+            out += [a.clone(), rows.clone(), *mag]
         elif r:
             block = rows[:, col : col + r]
             rest = torch.cat([rows[:, :col], rows[:, col + r :]], dim=1)
@@ -115,7 +118,7 @@ def run_step(step: Step, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
                     f"conversion?): rows of {name} reach other parts' ranks. Remove {RECORD} to convert it as an "
                     "adapter trained on the fused model (share_a_split_b)"
                 )
-            out += [a[col : col + r].clone(), _scaled(block, ratio, divide=True).contiguous()]
+            out += [a[col : col + r].clone(), _scaled(block, ratio, divide=True).contiguous(), *mag]
             col += r
         elif bool(_bits(rows).any()):
             raise AdapterError(f"{step.fused_name}: {name} has rank 0 in {RECORD} but nonzero rows of lora_B")
@@ -128,18 +131,21 @@ def invert_step(step: Step, written: list[torch.Tensor]) -> list[torch.Tensor]:
     import torch
 
     g, op = step.group, step.plain.op
+    n = 3 if step.dora else 2
     if op == SHARE:
-        return [written[0], torch.cat(written[1::2], dim=0)]
+        return [written[0], torch.cat(written[1::n], dim=0)] + ([torch.cat(written[2::n])] if step.dora else [])
     if op == SPLIT:
         back = dataclasses.replace(step, plain=dataclasses.replace(step.plain, op=STACK))
         return run_step(back, written)
     # STACK: split the blocks again
-    a, b = written
+    a, b = written[:2]
     out = []
     row = col = 0
     for size, r, ratio in zip(g.sizes, step.ranks, step.ratios):
         if r:
             out += [a[col : col + r].clone(), _scaled(b[row : row + size, col : col + r], ratio, True).contiguous()]
+            if step.dora:
+                out.append(written[2][row : row + size].clone())
             col += r
         row += size
     return out

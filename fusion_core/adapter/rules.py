@@ -17,8 +17,14 @@ modules converts exactly:
 
 Modules no family touches are copied bitwise. What cannot be exact is refused with one
 line: a LoRA on a module a family reshapes (a patch embedding: PEFT would wrap the fused
-``PatchLinear`` as a Linear and feed its LoRA the unflattened patches), DoRA, trained
-biases or ``modules_to_save`` on fused modules, ``fan_in_fan_out``.
+``PatchLinear`` as a Linear and feed its LoRA the unflattened patches), trained biases or
+``modules_to_save`` on fused modules, ``fan_in_fan_out``.
+
+DoRA is exact too when every member of a group has an adapter: its magnitude and the
+weight norm it divides by are per output row, and the fused rows are the members' rows
+(``W_i + s_i B_i A_i``: the zero blocks add nothing), so the magnitudes concatenate and
+split by rows. A member without an adapter would need its base weight's row norms as its
+magnitude, which PEFT recomputes in another order (not bitwise): refused.
 """
 
 from __future__ import annotations
@@ -30,13 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AdapterError
 from .result import AdaptedModule, AdapterPlan, AdapterStep
-from .source import PREFIX, AdapterSource, LoraModule, alpha_for
+from .source import PREFIX, RECORD, AdapterSource, LoraModule, alpha_for
 
 if TYPE_CHECKING:
     from ..plan.fusion_plan import FusionPlan
 
 STACK, SPLIT, SHARE = "stack_a_blockdiag_b", "split_blocks", "share_a_split_b"
 _LORA = ("lora_A.weight", "lora_B.weight")
+_MAGNITUDE = "lora_magnitude_vector"  # DoRA: one magnitude per output row
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class Step:
     ratios: tuple[float, ...]  # per member: its scale / the fused scale (stack) or to undo (split)
     fused_name: str  # the fused module in the adapter's naming
     member_names: tuple[str, ...]
+    dora: bool = False  # each module also has a DoRA magnitude (concatenated / split by rows)
 
 
 @dataclass
@@ -249,12 +257,7 @@ def _refuse_variants(adapter: AdapterSource, names: _Names, touched: set[str], w
         p = names.model(n)
         if p not in touched:
             continue
-        extra = sorted(set(m.keys) - set(_LORA))
-        if "lora_magnitude_vector" in extra:
-            raise AdapterError(
-                f"{where}: {p} is a DoRA module (lora_magnitude_vector): its weight norm would mix the members' "
-                "rows with those of members without an adapter; DoRA on fused modules is refused"
-            )
+        extra = sorted(set(m.keys) - {*_LORA, _MAGNITUDE})
         if extra:
             raise AdapterError(f"{where}: {p} has {PREFIX}{n}.{extra[0]}, which a fused LoRA cannot carry; refused")
         if m.kind != "lora":
@@ -285,9 +288,18 @@ def _stack(g: Group, parts: list[LoraModule | None], names: _Names, rslora: bool
     ratios = tuple((p.scale / scale) if p else 1.0 for p in parts)
     alpha = alpha_for(scale, total, rslora)
     fused_name = names.adapter(g.fused)
+    dora = _dora(g, present, where)
+    if dora and len(present) < len(parts):
+        missing = ", ".join(names.adapter(m) for m, p in zip(g.members, parts) if p is None)
+        raise AdapterError(
+            f"{where}: DoRA on {fused_name}: {missing} has no adapter, and its DoRA magnitude would have to be the "
+            "base weight's row norms, which PEFT recomputes in another order (not bitwise); adapt every member "
+            "of the group or none"
+        )
+    keys = (*_LORA, _MAGNITUDE) if dora else _LORA
     src_keys, src_shapes = [], []
     for p in present:
-        for k in _LORA:
+        for k in keys:
             src_keys.append(f"{PREFIX}{p.name}.{k}")
             src_shapes.append(tuple(p.keys[k].shape))
     notes = [f"{names.adapter(m)} has no adapter: zero block" for m, p in zip(g.members, parts) if p is None]
@@ -303,8 +315,8 @@ def _stack(g: Group, parts: list[LoraModule | None], names: _Names, rslora: bool
         target_modules=(fused_name,),
         source_keys=tuple(src_keys),
         source_shapes=tuple(src_shapes),
-        target_keys=(f"{PREFIX}{fused_name}.lora_A.weight", f"{PREFIX}{fused_name}.lora_B.weight"),
-        target_shapes=((total, g.in_features), (sum(g.sizes), total)),
+        target_keys=tuple(f"{PREFIX}{fused_name}.{k}" for k in keys),
+        target_shapes=((total, g.in_features), (sum(g.sizes), total), (sum(g.sizes),))[: len(keys)],
         source_ranks=ranks,
         target_ranks=(total,),
         target_alphas=(alpha,),
@@ -312,7 +324,15 @@ def _stack(g: Group, parts: list[LoraModule | None], names: _Names, rslora: bool
         owner=g.fused.rsplit(".", 1)[0] if "." in g.fused else "",
         members=tuple(names.adapter(m) for m in g.members),
     )
-    return Step(plain, g, ranks, ratios, fused_name, tuple(names.adapter(m) for m in g.members))
+    return Step(plain, g, ranks, ratios, fused_name, tuple(names.adapter(m) for m in g.members), dora)
+
+
+def _dora(g: Group, present: list[LoraModule], where: str) -> bool:
+    """Whether the group's modules are DoRA modules (all or none: a mix is refused)."""
+    has = {_MAGNITUDE in p.keys for p in present}
+    if len(has) > 1:
+        raise AdapterError(f"{where}: some members of {g.fused} have a DoRA magnitude and others not; refused")
+    return has == {True}
 
 
 def _record_groups(adapter: AdapterSource, where: str) -> dict[str, dict[str, Any]]:
@@ -328,8 +348,10 @@ def _split(g: Group, mod: LoraModule, names: _Names, rec: dict[str, Any] | None,
     member_names = tuple(names.adapter(m) for m in g.members)
     fused_name = mod.name
     total = mod.rank
-    src_keys = tuple(f"{PREFIX}{mod.name}.{k}" for k in _LORA)
-    src_shapes = tuple(tuple(mod.keys[k].shape) for k in _LORA)
+    dora = _dora(g, [mod], where)
+    lora_keys = (*_LORA, _MAGNITUDE) if dora else _LORA
+    src_keys = tuple(f"{PREFIX}{mod.name}.{k}" for k in lora_keys)
+    src_shapes = tuple(tuple(mod.keys[k].shape) for k in lora_keys)
     ranks: tuple[int, ...] = ()
     alphas: list[Any] = []
     if rec is not None:
@@ -359,8 +381,10 @@ def _split(g: Group, mod: LoraModule, names: _Names, rec: dict[str, Any] | None,
             out_names.append(name)
             out_ranks.append(r)
             out_alphas.append(a)
-            keys += [f"{PREFIX}{name}.lora_A.weight", f"{PREFIX}{name}.lora_B.weight"]
-            shapes += [(r, g.in_features), (size, r)]
+            keys += [f"{PREFIX}{name}.{k}" for k in lora_keys]
+            shapes += [(r, g.in_features), (size, r), (size,)][: len(lora_keys)]
+        if dora and 0 in ranks:
+            raise AdapterError(f"{where}: DoRA on {fused_name} with members of rank 0 in {RECORD}; refused")
     else:
         op, note = SHARE, f"each part gets all of A (rank {total}) and its rows of B"
         ranks = tuple(total for _ in member_names)
@@ -369,8 +393,8 @@ def _split(g: Group, mod: LoraModule, names: _Names, rec: dict[str, Any] | None,
             out_names.append(name)
             out_ranks.append(total)
             out_alphas.append(mod.alpha)
-            keys += [f"{PREFIX}{name}.lora_A.weight", f"{PREFIX}{name}.lora_B.weight"]
-            shapes += [(total, g.in_features), (size, total)]
+            keys += [f"{PREFIX}{name}.{k}" for k in lora_keys]
+            shapes += [(total, g.in_features), (size, total), (size,)][: len(lora_keys)]
     plain = AdapterStep(
         family=g.family,
         op=op,
@@ -387,7 +411,7 @@ def _split(g: Group, mod: LoraModule, names: _Names, rec: dict[str, Any] | None,
         owner=g.fused.rsplit(".", 1)[0] if "." in g.fused else "",
         members=member_names,
     )
-    return Step(plain, g, ranks, tuple(ratios), fused_name, member_names)
+    return Step(plain, g, ranks, tuple(ratios), fused_name, member_names, dora)
 
 
 def output_config(source: dict[str, Any], conv: Conversion) -> dict[str, Any]:

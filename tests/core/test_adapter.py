@@ -170,13 +170,24 @@ def test_refusals(llama_dir: Path, qv_adapter: Path, tmp_path: Path, changes: di
     assert not (tmp_path / "out").exists()
 
 
-def test_dora_and_already_fused_refused(llama_dir: Path, qv_adapter: Path, tmp_path: Path) -> None:
-    dora = make_adapter(tmp_path / "dora", llama_dir, r=2, lora_alpha=4, target_modules=["q_proj"], use_dora=True)
-    with pytest.raises(AdapterError, match="DoRA"):
-        fusion_core.convert_adapter(dora, tmp_path / "out", base=llama_dir, fusions=["qkv"], verify_outputs=False)
+def test_dora_all_members_exact_partial_refused(llama_dir: Path, qv_adapter: Path, tmp_path: Path) -> None:
+    qkv = ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"]
+    dora = make_adapter(tmp_path / "dora", llama_dir, seed=3, r=2, lora_alpha=4, target_modules=qkv, use_dora=True)
+    res = fusion_core.convert_adapter(
+        dora, tmp_path / "fused", base=llama_dir, fusions=list(FUSIONS), verify_outputs=False
+    )
+    key = "base_model.model.model.layers.0.self_attn.qkv_proj.lora_magnitude_vector"
+    assert key in res.transformed and res.verification.round_trip == "bitwise"
+    same_outputs(llama_dir, dora, "original", tmp_path / "fused", "fused")
+    back = fusion_core.convert_adapter(tmp_path / "fused", tmp_path / "back", base=llama_dir, verify_outputs=False)
+    name = "adapter_model.safetensors"
+    assert back.layout == "original" and (tmp_path / "back" / name).read_bytes() == (dora / name).read_bytes()
+    partial = make_adapter(tmp_path / "partial", llama_dir, r=2, lora_alpha=4, target_modules=["q_proj"], use_dora=True)
+    with pytest.raises(AdapterError, match="DoRA on .*k_proj, .*v_proj has no adapter"):
+        fusion_core.convert_adapter(partial, tmp_path / "out", base=llama_dir, fusions=["qkv"], verify_outputs=False)
     with pytest.raises(AdapterError, match="already in the original layout"):
         fusion_core.convert_adapter(
-            qv_adapter, tmp_path / "o", base=llama_dir, fusions=FUSIONS, layout="original", verify_outputs=False
+            qv_adapter, tmp_path / "o", base=llama_dir, fusions=list(FUSIONS), layout="original", verify_outputs=False
         )
 
 
