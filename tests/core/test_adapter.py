@@ -202,6 +202,27 @@ def test_patch_embedding_lora_refused_with_reason(qwen2_vl_dir: Path, tmp_path: 
         fusion_core.convert_adapter(
             tmp_path / "a", tmp_path / "out", base=qwen2_vl_dir, fusions=["patch_embeddings"], verify_outputs=False
         )
+    # the language model's attention of the same model converts (q, v with bias on the base; k left out)
+    from peft import PeftModel
+
+    lm = get_peft_model(
+        fusion_core.load_plain(qwen2_vl_dir),
+        LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
+    lm.save_pretrained(tmp_path / "lm")
+    res = fusion_core.convert_adapter(
+        tmp_path / "lm", tmp_path / "lm-fused", base=qwen2_vl_dir, fusions=["qkv"], verify_outputs=False
+    )
+    assert res.steps and res.verification.round_trip == "bitwise"
+    ids = torch.tensor([[3, 7, 11, 19, 23]])
+    outs = []
+    for adapter, model in (
+        (tmp_path / "lm", fusion_core.load_plain(qwen2_vl_dir)),
+        (tmp_path / "lm-fused", fusion_core.load(qwen2_vl_dir, {"qkv": True}).model),
+    ):
+        with torch.inference_mode():
+            outs.append(PeftModel.from_pretrained(model, adapter).get_base_model().eval()(input_ids=ids).logits)
+    assert float((outs[0] - outs[1]).abs().max()) <= 1e-5 + 1e-5 * float(outs[0].abs().max())
 
 
 def test_verified_in_a_child_process_with_consumers(llama_dir: Path, qv_adapter: Path, tmp_path: Path) -> None:
