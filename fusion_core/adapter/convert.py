@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..boundary.options import AdapterOptions
-from ..errors import AdapterError, ExportError
+from ..errors import AdapterError, ExportError, naming
 from ..export import files as fs
 from ..export.writer import OutTensor, WritePlan, iter_write, layout_shard, write_text
 from ..model.checkpoint import open_shard, read_header
@@ -59,9 +59,12 @@ def adapter_plan_for(
         if isinstance(recorded, dict) and recorded:
             fusion_config = recorded
     if fusion_config is None:
-        raise AdapterError(
-            f"{adapter}: name the fusions (fusion_config) to convert this adapter for; it records none "
-            f"({RECORD} is written by a conversion to the fused layout)"
+        raise naming(
+            AdapterError(
+                f"{adapter}: name the families to convert this adapter for (fusions); it records none "
+                f"({RECORD} is written by a conversion to the fused layout)"
+            ),
+            "fusions",
         )
     return as_plan(base, fusion_config)
 

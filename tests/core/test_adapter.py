@@ -183,7 +183,7 @@ def test_dora_all_members_exact_partial_refused(llama_dir: Path, qv_adapter: Pat
     name = "adapter_model.safetensors"
     assert back.layout == "original" and (tmp_path / "back" / name).read_bytes() == (dora / name).read_bytes()
     partial = make_adapter(tmp_path / "partial", llama_dir, r=2, lora_alpha=4, target_modules=["q_proj"], use_dora=True)
-    with pytest.raises(AdapterError, match="DoRA on .*k_proj, .*v_proj has no adapter"):
+    with pytest.raises(AdapterError, match=r"DoRA on .*k_proj, .*v_proj has no adapter"):
         fusion_core.convert_adapter(partial, tmp_path / "out", base=llama_dir, fusions=["qkv"], verify_outputs=False)
     with pytest.raises(AdapterError, match="already in the original layout"):
         fusion_core.convert_adapter(
