@@ -260,6 +260,12 @@ def iter_convert_adapter(
             if main is None or main.status != "loads exactly":
                 detail = f"{main.status} ({main.detail})" if main else "no answer"
                 raise AdapterError(f"verification failed: PEFT on the {aplan.layout} layout {detail}; nothing written")
+            other = next((c for c in consumers if c is not main), None)
+            if other is not None and other.status == "loads wrong":
+                verification.notes.append(
+                    f"{other.name} loads the written adapter partly (PEFT adapts the modules it finds and skips the "
+                    f"others, with a warning at most): use it on the {aplan.layout} layout only"
+                )
             if not (answer.outputs or {}).get("adapter_effect"):
                 verification.notes.append(
                     "the source adapter does not change the outputs (B is zero?): compared anyway"
