@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
 
 from fusion_gui.models.tree_model import NAME, PathRole
 
@@ -72,13 +73,19 @@ def test_open_mark_and_convert_an_adapter(qtbot, window, open_model, only_fusion
     dialog.close()
 
 
-def test_a_refused_adapter_is_one_error_box(qtbot, window, open_model, only_fusions, llama_dir, tmp_path):
+def test_a_dropped_refused_adapter_is_one_error_box(qtbot, window, open_model, only_fusions, llama_dir, tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "adapter_config.json").write_text(json.dumps({"peft_type": "IA3"}))
     open_model(window, str(llama_dir))
     only_fusions(window, "qkv")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(bad))])
+    drop = QDropEvent(
+        QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
     with qtbot.waitSignal(window.error_shown, timeout=60_000) as sig:
-        window.state.open_adapter(bad)
+        window.dropEvent(drop)  # a folder with adapter_config.json, dropped on an open model: opened as its adapter
     assert "is not LORA" in sig.args[1]
     assert window.state.adapter_plan is None and not window.adapter_action.isEnabled()
+    assert window.state.spec == str(llama_dir)  # the model stays open
