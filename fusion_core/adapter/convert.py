@@ -155,14 +155,15 @@ def invert_step(step: Step, written: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 class _Producer:
-    def __init__(self, adapter: AdapterSource, steps: list[Step]) -> None:
-        self.folder = adapter.folder
+    """Computes each step's tensors when the writer first asks for one of them (one step held at a time)."""
+
+    def __init__(self, reader: Any, steps: list[Step]) -> None:
+        self.reader = reader  # the source adapter's safe_open handle (validated once)
         self.step_of = {k: s for s in steps for k in s.plain.target_keys}
         self.pending: dict[int, dict[str, torch.Tensor]] = {}
 
     def read(self, key: str) -> torch.Tensor:
-        with open_shard(self.folder, WEIGHTS) as f:
-            return f.get_tensor(key)
+        return self.reader.get_tensor(key)
 
     def __call__(self, t: OutTensor) -> torch.Tensor:
         step = self.step_of[t.key]
@@ -239,7 +240,9 @@ def iter_convert_adapter(
 
             probe = AdapterProbe(base, plan, trust_remote_code=plan.source.trust_remote_code)
         try:
-            yield from iter_write(wplan, tmp, src.folder, _Producer(src, conv.steps), sync=options.sync, total=total)
+            with open_shard(src.folder, WEIGHTS) as reader:
+                producer = _Producer(reader, conv.steps)
+                yield from iter_write(wplan, tmp, src.folder, producer, sync=options.sync, total=total)
             write_text(tmp / CONFIG, config_text, sync=options.sync)
             if conv.record is not None:
                 write_text(tmp / RECORD, json.dumps(conv.record, indent=2) + "\n", sync=options.sync)
