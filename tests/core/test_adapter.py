@@ -273,3 +273,23 @@ def test_cli_plan_and_adapter_json(
     assert res["steps"][0]["source_ranks"] == [4, 0, 2]
     assert main(argv) == 1  # OUT exists now: refused, one line
     assert "not empty" in capsys.readouterr().err
+
+
+def test_cancel_mid_write_leaves_nothing(llama_dir: Path, qv_adapter: Path, tmp_path: Path) -> None:
+    from fusion_core.progress import CancelToken
+
+    token = CancelToken()
+    seen = []
+
+    def progress(p: object) -> None:
+        seen.append(p)
+        if "adapter_model.safetensors" in getattr(p, "message", ""):
+            token.cancel()  # once the first tensor is written
+
+    with pytest.raises(fusion_core.Cancelled):
+        fusion_core.convert_adapter(
+            qv_adapter, tmp_path / "out", base=llama_dir, fusions=list(FUSIONS), verify_outputs=False,
+            progress=progress, cancel=token,
+        )  # fmt: skip
+    assert any("adapter_model.safetensors" in p.message for p in seen)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no output, no temporary sibling
