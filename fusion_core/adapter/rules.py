@@ -363,6 +363,10 @@ def _split(g: Group, mod: LoraModule, names: _Names, rec: dict[str, Any] | None,
             or len(alphas) != len(ranks)
             or min(ranks, default=-1) < 0
             or sum(ranks) != total
+            or any(
+                r and (isinstance(a, bool) or not isinstance(a, (int, float)) or not a > 0)
+                for r, a in zip(ranks, alphas)
+            )
         ):
             raise AdapterError(
                 f"{where}: fusion_adapter.json does not describe {fused_name} as the plan fuses it "
