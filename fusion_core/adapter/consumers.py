@@ -85,8 +85,6 @@ class AdapterProbe:
                 except (ValueError, KeyError, TypeError) as e:
                     raise AdapterError(f"the adapter verification's answer is not understood ({e})") from None
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        if os.environ.get("FUSION_CORE_DEBUG_CHILD"):
-            sys.stderr.write(done.stderr)
         raise AdapterError(f"verifying the adapter with PEFT failed ({one_line(last)}); nothing was written")
 
     def close(self) -> None:
