@@ -54,6 +54,8 @@ _API: dict[str, str] = {
     **dict.fromkeys(("LoadResult", "iter_load", "load", "load_plain"), "fusion_core.run.loading"),
     **dict.fromkeys(("CheckResult", "check", "iter_check"), "fusion_core.run.checks"),
     **dict.fromkeys(("ExportResult", "ExportVerification", "iter_export"), "fusion_core.export.pipeline"),
+    **dict.fromkeys(("convert_adapter", "iter_convert_adapter", "plan_adapter"), "fusion_core.adapter.convert"),
+    "AdapterResult": "fusion_core.adapter.result",
     **dict.fromkeys(("CoverageReport", "coverage_scan", "format_report", "scan"), "fusion_core.coverage.scan"),
 }
 # ``fusion_core.export`` is the export sub-package, which is callable: ``fusion_core.export(src, dest, ...)``.

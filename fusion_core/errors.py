@@ -82,6 +82,10 @@ class ExportError(FusionError):
     """An export that cannot be written (destination, disk, verification)."""
 
 
+class AdapterError(FusionError):
+    """A LoRA adapter that cannot be converted exactly, or whose conversion failed verification."""
+
+
 class CheckError(FusionError):
     """An inference check that could not run."""
 

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from . import style
 from .format import bounded, human_count
+from .panels.adapter_dialog import AdapterDialog
 from .panels.checks import ChecksPanel
 from .panels.details import DetailsPanel
 from .panels.diff import DiffPanel
@@ -117,6 +118,7 @@ class MainWindow(QMainWindow):
         s.plan_changed.connect(lambda _p: self._update_actions())
         s.tab_requested.connect(self.show_tab)
         s.check_requested.connect(self._on_check_requested)
+        s.adapter_changed.connect(lambda _a: self._update_actions())
         self._on_recent_changed(s.settings.recent_models())
         self._update_actions()
 
@@ -135,6 +137,12 @@ class MainWindow(QMainWindow):
         self.export_action = self._action(
             "&Export…", self.show_export_dialog, "Ctrl+E", "Export a converted checkpoint"
         )
+        self.open_adapter_action = self._action(
+            "Open &adapter…", self.show_open_adapter_dialog, None, "Open a PEFT LoRA adapter of the model"
+        )
+        self.adapter_action = self._action(
+            "Convert a&dapter…", self.show_adapter_dialog, None, "Convert the opened adapter to the other layout"
+        )
         self.quit_action = self._action("&Quit", self.close, "Ctrl+Q", "Quit Fusion Inspector")
         self.find_action = self._action("&Find module", self.tree.focus_filter, "Ctrl+F", "Filter the module tree")
         self.expand_action = self._action(
@@ -151,8 +159,10 @@ class MainWindow(QMainWindow):
         file_menu = bar.addMenu("&File")
         file_menu.addAction(self.open_action)
         file_menu.addMenu(self.recent_menu)
+        file_menu.addAction(self.open_adapter_action)
         file_menu.addSeparator()
         file_menu.addAction(self.export_action)
+        file_menu.addAction(self.adapter_action)
         file_menu.addAction(self.save_checks_action)
         file_menu.addSeparator()
         file_menu.addAction(self.quit_action)
@@ -243,6 +253,21 @@ class MainWindow(QMainWindow):
         if self.state.inspection is None:
             return None
         dialog = ExportDialog(self.state, self)
+        dialog.open()
+        self.dialog = dialog
+        return dialog
+
+    def show_open_adapter_dialog(self) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        path = QFileDialog.getExistingDirectory(self, "Open a PEFT LoRA adapter (folder with adapter_config.json)")
+        if path:
+            self.state.open_adapter(path)
+
+    def show_adapter_dialog(self) -> AdapterDialog | None:
+        if self.state.inspection is None:
+            return None
+        dialog = AdapterDialog(self.state, self)
         dialog.open()
         self.dialog = dialog
         return dialog
@@ -349,6 +374,8 @@ class MainWindow(QMainWindow):
             action.setToolTip(f"{action.text().replace('&', '').rstrip('…')}: {blocker}" if blocker else tip)
             action.setStatusTip(action.toolTip())
         self.cancel_action.setEnabled(busy)
+        self.open_adapter_action.setEnabled(self.state.inspection is not None and not busy)
+        self.adapter_action.setEnabled(self.state.adapter_plan is not None and not busy)
 
     def _on_check_requested(self, path: str) -> None:
         self.show_tab("checks")
@@ -378,4 +405,7 @@ class MainWindow(QMainWindow):
         spec = self._dropped_spec(event)
         if spec:
             event.acceptProposedAction()
+            if (Path(spec) / "adapter_config.json").is_file() and self.state.inspection is not None:
+                self.state.open_adapter(spec)  # a LoRA adapter folder, next to the open model
+                return
             self.open_model(spec)

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from fusion_core.boundary.options import CheckOptions, ExportOptions
+from fusion_core.boundary.options import AdapterOptions, CheckOptions, ExportOptions
 from fusion_core.host.ops import (
+    ADAPTER,
+    ADAPTER_PLAN,
     CHECK,
     CONSUMERS,
     DEVICES,
@@ -31,6 +33,8 @@ from fusion_core.host.ops import (
     OPEN,
     PLAN,
     UNREGISTER,
+    AdapterParams,
+    AdapterPlanParams,
     CheckParams,
     ConsumersParams,
     ExportParams,
@@ -47,6 +51,7 @@ from .jobs import Job, JobManager
 from .settings import Settings
 
 if TYPE_CHECKING:
+    from fusion_core.adapter.result import AdapterPlan, AdapterResult
     from fusion_core.export.result import Consumer, ExportResult
     from fusion_core.plan.diff import PlanDiff
     from fusion_core.plan.discovery import Discovery
@@ -112,6 +117,8 @@ class AppState(QObject):
     job_progressed = Signal(str, int, int, str)  # name, done, total, message
     job_ended = Signal(str, str, str)  # name, outcome ("ok" | "failed" | "cancelled"), message
     busy_changed = Signal(bool)  # a user job started (True) or finished (False)
+    adapter_changed = Signal(object)  # AdapterPlan of the opened LoRA adapter, or None (`adapter_error`)
+    adapter_finished = Signal(object)  # AdapterResult
 
     def __init__(
         self, settings: Settings | None = None, parent: QObject | None = None, engine: Engine | None = None
@@ -139,6 +146,9 @@ class AppState(QObject):
         self.selected_path: str = ""
         saved = self.settings.fusions()
         self._saved_fusions = saved
+        self.adapter_path: str = ""  # a PEFT LoRA adapter folder opened next to the model
+        self.adapter_plan: AdapterPlan | None = None
+        self.adapter_error: str = ""
 
     # model -----------------------------------------------------------------------------
     @property
@@ -208,7 +218,11 @@ class AppState(QObject):
         self._init_fusions(list(insp.families))
         self.recent_changed.emit(self.settings.add_recent_model(spec))
         self.plan, self.plan_error, self.plan_pending = None, "", True  # asked for just below
+        had_adapter = bool(self.adapter_path)
+        self.adapter_path, self.adapter_plan, self.adapter_error = "", None, ""  # an adapter is of one base
         self.model_changed.emit(insp)
+        if had_adapter:
+            self.adapter_changed.emit(None)
         if had_results:
             self.checks_cleared.emit()
         # highlights and the plan request in the next turn of the event loop: the new tree paints first
@@ -338,10 +352,68 @@ class AppState(QObject):
             self.plan_changed.emit(None)
             return
         self.plan_pending = True
+        if self.adapter_path:  # the adapter's conversion follows the fusions
+            self._plan_adapter()
         job = self.jobs.call(PLAN, PlanParams(self.session, self.fusion_config), background=True)
         self._plan_job = job
         job.succeeded.connect(lambda plan: self._on_planned(plan, ""))
         job.failed.connect(lambda e: self._on_planned(None, error_text(e)[0]))
+
+    # LoRA adapters ---------------------------------------------------------------------
+    def open_adapter(self, path: str | Path) -> Job[AdapterPlan] | None:
+        """Open a PEFT adapter folder next to the model: its conversion is planned (``adapter_changed``)."""
+        if self.inspection is None:
+            return None
+        self.adapter_path = str(Path(path).expanduser().resolve())
+        return self._plan_adapter(report=True)
+
+    def _plan_adapter(self, report: bool = False) -> Job[AdapterPlan]:
+        params = AdapterPlanParams(self.session, self.fusion_config, self.adapter_path)
+        job = self.jobs.call(ADAPTER_PLAN, params, background=True)
+        job.succeeded.connect(lambda a: self._on_adapter_planned(a, ""))
+        job.failed.connect(lambda e: self._on_adapter_planned(None, error_text(e)[0], e if report else None))
+        return job
+
+    def _on_adapter_planned(self, plan: Any, error: str, report: BaseException | None = None) -> None:
+        self.adapter_plan, self.adapter_error = plan, error
+        if report is not None:
+            self._report("Open adapter", report)
+        elif error:
+            log.warning("adapter: %s", error)
+        self.adapter_changed.emit(plan)
+
+    def adapter_badges(self) -> dict[str, str]:
+        """Module path -> what the tree shows: each adapted module's rank and alpha; on a module
+        holding a fused group, the fused rank, and which members have no adapter."""
+        a = self.adapter_plan
+        if a is None:
+            return {}
+        out = {m.module: f"LoRA r={m.rank} α={m.alpha:g}" for m in a.modules}
+        for s in a.steps:
+            if not s.owner:
+                continue
+            fused = s.target_modules[0] if s.op == "stack_a_blockdiag_b" else s.source_modules[0]
+            line = f"{fused.rsplit('.', 1)[-1]}: fused LoRA rank {s.target_ranks[0] if len(s.target_ranks) == 1 else s.source_ranks[0]}"
+            missing = [m.rsplit(".", 1)[-1] for m, r in zip(s.members, s.source_ranks) if r == 0]
+            if s.op == "stack_a_blockdiag_b" and missing:
+                line += f" (partial: {', '.join(missing)} not adapted, zero block)"
+            out[s.owner] = line
+        return out
+
+    def convert_adapter(self, out_dir: Path, options: AdapterOptions | None = None) -> Job[AdapterResult] | None:
+        """Convert the opened adapter for the plan on show into ``out_dir`` (the adapter dialog builds ``options``)."""
+        if self.adapter_path == "" or self.plan is None or self.plan_pending or self.jobs.busy:
+            return None
+        options = options if options is not None else AdapterOptions()
+        job = self._start(
+            "adapter",
+            ADAPTER,
+            AdapterParams(self.session, self.plan.fusion_config, self.adapter_path, str(out_dir), options),
+            f"Converting the adapter {self.adapter_path} to {out_dir}",
+            f"Converted the adapter to {out_dir}",
+        )
+        job.succeeded.connect(self.adapter_finished.emit)
+        return job
 
     def _on_planned(self, plan: PlanView | None, error: str) -> None:
         self._plan_job = None

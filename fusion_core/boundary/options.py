@@ -202,3 +202,22 @@ class ExportOptions:
     @property
     def shard_bytes(self) -> int:
         return parse_size(self.max_shard_size)
+
+
+@dataclass(frozen=True)
+class AdapterOptions:
+    """How a LoRA adapter is converted (``fusion_core.adapter``), besides the plan and the folders."""
+
+    #: the layout to write: "fused", "original", or None (the other one than the adapter's)
+    layout: str | None = None
+    #: load both layouts with PEFT in a child process and compare outputs and merged weights
+    verify_outputs: bool = True
+    #: fsync the written files before the final rename
+    sync: bool = True
+
+    def __post_init__(self) -> None:
+        if self.layout is not None and self.layout not in LAYOUTS:
+            raise OptionError("layout", f"must be one of {', '.join(LAYOUTS)}, got {str(self.layout)[:40]!r}")
+        for name in ("verify_outputs", "sync"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(name, "must be true or false")

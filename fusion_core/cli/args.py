@@ -42,6 +42,7 @@ _FLAGS = {
     "upstream": "--no-upstream",
     "verify_outputs": "--no-verify-outputs",
     "allow_copy_as_is": "--copy-as-is",
+    "fusions": "--fusion",
 }
 
 

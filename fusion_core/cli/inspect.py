@@ -28,6 +28,11 @@ def register(sub: Any) -> None:
         help="family to enable, with its options if any (repeatable; `fusion-core families` lists the options); "
         "default: the checkpoint's own fusion_config",
     )
+    p.add_argument(
+        "--adapter",
+        metavar="ADAPTER",
+        help="a PEFT LoRA adapter folder: also list its key transforms into the other layout",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
@@ -157,8 +162,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if fusion_config is None and not getattr(insp.source.config, "fusion_config", None):
         raise UsageError("plan: give at least one --fusion NAME (see `fusion-core families`)")
     plan = as_plan(insp, fusion_config)  # without --fusion: the checkpoint's own fusion_config
+    adapter = None
+    if getattr(args, "adapter", None):
+        from ..adapter.convert import plan_adapter
+
+        adapter = plan_adapter(plan, args.adapter).plan
     if args.json:
-        print_json(plan)
+        if adapter is None:
+            print_json(plan)
+        else:
+            from ..boundary.convert import to_plain
+
+            print_json({**to_plain(plan), "adapter": {**to_plain(adapter), "rows": adapter.rows()}})
         return 0
     print(f"{plan.model}: {plan.model_class}")
     for fam in plan.families:
@@ -203,7 +218,35 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 ["source key", "shape", "dtype", "op", "target key", "shape"],
             )
         )
+    if adapter is not None:
+        _print_adapter(adapter)
     return 0
+
+
+def _print_adapter(adapter: Any) -> None:
+    """The adapter's key transforms (``plan --adapter``)."""
+    print(f"\nadapter {printable(adapter.adapter)} ({adapter.source_layout} layout -> {adapter.layout})")
+    rows = [
+        (
+            r["source_key"],
+            "x".join(map(str, r["source_shape"])),
+            r["op"],
+            r["target_key"],
+            "x".join(map(str, r["target_shape"])),
+            str(r["rank"]),
+        )
+        for r in adapter.rows()
+    ]
+    if rows:
+        print(
+            table(
+                [tuple(printable(c) for c in r) for r in rows],
+                ["source key", "shape", "op", "target key", "shape", "rank"],
+            )
+        )
+    print(f"{adapter.copied_keys} other tensor(s) copied bitwise")
+    for m in adapter.messages:
+        print(f"note: {printable(m)}")
 
 
 def cmd_families(args: argparse.Namespace) -> int:

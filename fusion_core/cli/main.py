@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from ..boundary.options import OptionError
 from ..errors import FusionError, UsageError, one_line
 from ..text import printable
-from . import diff, execute, export, inspect
+from . import adapter, diff, execute, export, inspect
 from .args import flag_of
 
 # the command groups, registered explicitly (a wrong name fails at import, never skipped)
-COMMAND_GROUPS = (inspect, execute, export, diff)
+COMMAND_GROUPS = (inspect, execute, export, diff, adapter)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -125,8 +125,14 @@ class LinearGroup:
         return chunks[index].contiguous()
 
     def single(self, index: int, x: torch.Tensor) -> torch.Tensor:
-        """Member ``index`` alone: a product with a row slice (a view) of the fused weight."""
+        """Member ``index`` alone: a product with a row slice (a view) of the fused weight.
+
+        When the fused Linear was wrapped (a PEFT LoRA layer on ``qkv_proj``), the wrapper's
+        output is what counts: its rows of the whole product, never the bare weight's.
+        """
         fused = self.fused
+        if type(fused) is not nn.Linear:
+            return fused(x)[..., self.offsets[index] : self.offsets[index + 1]].contiguous()
         return F.linear(x, self.weight(index, fused), self.bias(index, fused))
 
     def weight(self, index: int, fused: nn.Linear | None = None) -> torch.Tensor:

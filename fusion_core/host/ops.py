@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from ..boundary.options import CheckOptions, ExportOptions
+from ..adapter.result import AdapterPlan, AdapterResult
+from ..boundary.options import AdapterOptions, CheckOptions, ExportOptions
 from ..export.result import Consumer, ExportResult
 from ..plan.diff import PlanDiff
 from ..plan.view import InspectionView, PlanView, view_from_data
@@ -88,6 +89,27 @@ class ConsumersParams:
 
 
 @dataclass(frozen=True)
+class AdapterPlanParams:
+    """A LoRA adapter folder, planned against the session's model fused with ``fusion_config``."""
+
+    session: str
+    fusion_config: FusionConfigData
+    adapter: str
+    layout: str | None = None  # the layout to write; None: the other one than the adapter's
+
+
+@dataclass(frozen=True)
+class AdapterParams:
+    """Convert a LoRA adapter folder into ``out_dir`` (see ``fusion_core.adapter``)."""
+
+    session: str
+    fusion_config: FusionConfigData
+    adapter: str
+    out_dir: str
+    options: AdapterOptions = field(default_factory=AdapterOptions)
+
+
+@dataclass(frozen=True)
 class FamilyFileParams:
     path: str  # a Python file of families (code: the user chose to trust it)
 
@@ -140,6 +162,8 @@ EXPORT: Op[ExportParams, ExportResult] = Op("export", ExportParams, ExportResult
 PLAN: Op[PlanParams, PlanView] = Op("plan", PlanParams, PlanView)
 DIFF: Op[PlanParams, PlanDiff] = Op("diff", PlanParams, PlanDiff)
 CONSUMERS: Op[ConsumersParams, list[Consumer]] = Op("consumers", ConsumersParams, list[Consumer])
+ADAPTER_PLAN: Op[AdapterPlanParams, AdapterPlan] = Op("adapter_plan", AdapterPlanParams, AdapterPlan)
+ADAPTER: Op[AdapterParams, AdapterResult] = Op("adapter", AdapterParams, AdapterResult, long=True)
 LISTS: Op[NoParams, ModelLists] = Op("lists", NoParams, ModelLists)
 DEVICES: Op[NoParams, list[str]] = Op("devices", NoParams, list[str])
 FAMILY_FILE: Op[FamilyFileParams, list[str]] = Op("family_file", FamilyFileParams, list[str])
@@ -150,3 +174,4 @@ CLOSE: Op[SessionParams, None] = Op("close", SessionParams, type(None))
 OPS: dict[str, Op[Any, Any]] = {
     op.name: op for op in (OPEN, CHECK, EXPORT, PLAN, DIFF, CONSUMERS, LISTS, DEVICES, FAMILY_FILE, UNREGISTER, CLOSE)
 }
+OPS.update({op.name: op for op in (ADAPTER_PLAN, ADAPTER)})  # LoRA adapters (fusion_core.adapter)

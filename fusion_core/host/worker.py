@@ -32,6 +32,8 @@ from typing import IO, Any
 from ..run.isolated import close_spares, keep_spares, refill_spares
 from . import protocol, wire
 from .ops import (
+    ADAPTER,
+    ADAPTER_PLAN,
     CHECK,
     CLOSE,
     CONSUMERS,
@@ -44,6 +46,8 @@ from .ops import (
     OPS,
     PLAN,
     UNREGISTER,
+    AdapterParams,
+    AdapterPlanParams,
     CheckParams,
     ConsumersParams,
     ExportParams,
@@ -97,6 +101,8 @@ class Host:
             PLAN: self._plan_view,
             DIFF: self._diff,
             CONSUMERS: self._consumers,
+            ADAPTER_PLAN: self._adapter_plan,
+            ADAPTER: self._adapter,
             LISTS: self._lists,
             DEVICES: self._devices,
             FAMILY_FILE: self._family_file,
@@ -303,6 +309,18 @@ class Host:
         from ..plan.diff import diff_plan
 
         return diff_plan(self._plan(p.session, p.fusion_config))
+
+    def _adapter_plan(self, p: AdapterPlanParams) -> Any:
+        from ..adapter.convert import plan_adapter
+
+        return plan_adapter(self._plan(p.session, p.fusion_config), p.adapter, p.layout).plan
+
+    def _adapter(self, p: AdapterParams) -> Generator[Any, None, Any]:
+        plan = self._plan(p.session, p.fusion_config)
+        log.info("adapter: %s -> %s, %s", p.adapter, p.out_dir, p.options)
+        from ..adapter.convert import iter_convert_adapter
+
+        return (yield from iter_convert_adapter(plan, p.adapter, p.out_dir, p.options))
 
     def _consumers(self, p: ConsumersParams) -> list[dict[str, Any]]:
         from ..export.consumers import predicted_consumers

@@ -15,6 +15,7 @@ time to lay out or paint thousands of rows.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
@@ -108,6 +109,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._texts: dict[int, tuple[str, ...]] = {}  # id(node) -> its columns' text (the tree is immutable)
         self._bold = QFont()
         self._bold.setBold(True)
+        self.adapter_badges: dict[str, str] = {}  # path -> a LoRA adapter's rank and alpha (AppState.adapter_badges)
 
     # data management -------------------------------------------------------------------
     @property
@@ -232,6 +234,11 @@ class ModuleTreeModel(QAbstractItemModel):
                 target under other names ("not a candidate: ..." in the tooltip).
         """
         self.overlay.set_highlights(matched, rejected, colours, fused_names or {}, near_misses or {})
+        self._refresh_all()
+
+    def set_adapter(self, badges: dict[str, str]) -> None:
+        """Mark the modules an opened LoRA adapter adapts (path -> badge, shown after the name)."""
+        self.adapter_badges = dict(badges)
         self._refresh_all()
 
     def set_checks(self, result: Any) -> None:
@@ -505,7 +512,8 @@ class ModuleTreeModel(QAbstractItemModel):
             texts = self._texts.get(id(node))
             if texts is None:
                 texts = self._texts[id(node)] = tuple(_display(node, c) for c in range(_NCOLS))
-            return texts[col]
+            badge = self.adapter_badges.get(path) if col == NAME else None
+            return f"{texts[col]}  [{badge}]" if badge else texts[col]
         if role == _BACKGROUND:
             return ov.check_tint([path], below=path) if col == CHECK else ov.background(path)
         if role == _DECORATION:
@@ -529,7 +537,10 @@ class ModuleTreeModel(QAbstractItemModel):
         if role == FoldRole:
             return 0
         if role == _TOOLTIP:
-            return ov.check_tooltip([path], below=path) if col == CHECK else ov.tooltip(node)
+            if col == CHECK:
+                return ov.check_tooltip([path], below=path)
+            badge = self.adapter_badges.get(path)
+            return f"{ov.tooltip(node)}<br>adapter: {html.escape(badge)}" if badge else ov.tooltip(node)
         return None
 
     def _group_data(self, group: FoldGroup, col: int, role: int) -> Any:

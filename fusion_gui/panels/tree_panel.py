@@ -177,6 +177,7 @@ class TreePanel(QWidget):
         state.job_ended.connect(self._on_job_ended)
         state.checks_finished.connect(self._on_checks_finished)
         state.checks_cleared.connect(lambda: self._on_checks_finished(None))
+        state.adapter_changed.connect(lambda _a: self.model.set_adapter(state.adapter_badges()))
         self._update_legend()
 
     # state -> view ---------------------------------------------------------------------

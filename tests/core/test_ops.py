@@ -11,15 +11,17 @@ import sys
 
 import pytest
 
-from fusion_core.boundary.options import CheckOptions, ExportOptions, TimingOptions, Workload
+from fusion_core.boundary.options import AdapterOptions, CheckOptions, ExportOptions, TimingOptions, Workload
 from fusion_core.host import protocol, wire
 from fusion_core.host.ops import (
+    ADAPTER,
     CHECK,
     CLOSE,
     EXPORT,
     LISTS,
     OPEN,
     OPS,
+    AdapterParams,
     CheckParams,
     ExportParams,
     ModelLists,
@@ -29,6 +31,8 @@ from fusion_core.host.worker import Host
 
 SERVED_TODAY = {
     "open",
+    "adapter",
+    "adapter_plan",
     "check",
     "export",
     "plan",
@@ -56,7 +60,7 @@ def test_the_table_is_what_the_worker_serves() -> None:
     assert set(host.handlers) == set(OPS.values())  # every op served is declared, every declared op served
     assert set(OPS) == SERVED_TODAY
     assert all(op.name == name and dataclasses.is_dataclass(op.params) for name, op in OPS.items())
-    assert [op.name for op in OPS.values() if op.long] == ["open", "check", "export"]
+    assert [op.name for op in OPS.values() if op.long] == ["open", "check", "export", "adapter"]
 
 
 def test_params_round_trip_the_wire() -> None:
@@ -71,6 +75,7 @@ def test_params_round_trip_the_wire() -> None:
         (CHECK, CheckParams("s", {"qkv": True, "patch_embeddings": {"bias": False}}, options)),
         (EXPORT, ExportParams("s", {"qkv": True}, "/tmp/out", ExportOptions(layout="original", max_shard_size="2GB"))),
         (OPEN, OpenParams("s", "demo:llama", trust_remote_code=True)),
+        (ADAPTER, AdapterParams("s", {"qkv": True}, "/tmp/a", "/tmp/out", AdapterOptions(layout="original"))),
     ):
         line = wire.encode(protocol.request(op.name, wire.to_plain(params), 5))
         msg = wire.decode(line)

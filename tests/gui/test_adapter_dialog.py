@@ -1,0 +1,91 @@
+"""LoRA adapters in the window: opened next to the model, marked on the tree, converted in the engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
+
+from fusion_gui.models.tree_model import NAME, PathRole
+
+JOB_TIMEOUT_MS = 240_000
+_MAKE = """
+import sys, torch, fusion_core
+from peft import LoraConfig, get_peft_model
+model = fusion_core.load_plain(sys.argv[1])
+torch.manual_seed(0)
+cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+get_peft_model(model, cfg).save_pretrained(sys.argv[2])
+"""
+
+
+def _make_adapter(base: Path, out: Path) -> Path:
+    """A real PEFT adapter, made in another process (the window's process never imports torch)."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root}
+    subprocess.run([sys.executable, "-c", _MAKE, str(base), str(out)], check=True, env=env, cwd=root, timeout=300)
+    return out
+
+
+def _row_text(window, path: str) -> str:
+    model = window.tree.model
+    stack = [model.index(0, 0)]
+    while stack:
+        index = stack.pop()
+        if model.data(index, PathRole) == path:
+            return model.data(index.siblingAtColumn(NAME), Qt.ItemDataRole.DisplayRole)
+        if model.canFetchMore(index):
+            model.fetchMore(index)
+        stack += [model.index(r, 0, index) for r in range(model.rowCount(index))]
+    return ""
+
+
+def test_open_mark_and_convert_an_adapter(qtbot, window, open_model, only_fusions, llama_dir, tmp_path):
+    adapter = _make_adapter(llama_dir, tmp_path / "lora")
+    open_model(window, str(llama_dir))
+    only_fusions(window, "qkv")
+    with qtbot.waitSignal(window.state.adapter_changed, timeout=60_000) as sig:
+        window.state.open_adapter(adapter)
+    plan = sig.args[0]
+    assert plan is not None and plan.layout == "fused"
+    assert window.adapter_action.isEnabled()
+    q = _row_text(window, "model.layers.0.self_attn.q_proj")
+    assert q.endswith("[LoRA r=4 α=8]")
+    attn = _row_text(window, "model.layers.0.self_attn")
+    assert "qkv_proj: fused LoRA rank 8 (partial: k_proj not adapted, zero block)" in attn
+    dialog = window.show_adapter_dialog()
+    qtbot.addWidget(dialog)
+    assert "stack_a_blockdiag_b" in dialog.summary.text()
+    dialog.dest_edit.setText(str(tmp_path / "fused"))
+    dialog.verify_box.setChecked(False)  # the child-process verification has its own test in tests/core
+    with qtbot.waitSignal(window.state.adapter_finished, timeout=JOB_TIMEOUT_MS) as done:
+        dialog.convert_button.click()
+    result = done.args[0]
+    qtbot.waitUntil(lambda: dialog.job is None, timeout=10_000)
+    assert result.verification.round_trip == "bitwise" and "Converted" in dialog.status.text()
+    cfg = json.loads((tmp_path / "fused" / "adapter_config.json").read_text())
+    assert cfg["target_modules"] == ["qkv_proj"] and cfg["rank_pattern"] == {"qkv_proj": 8}
+    dialog.close()
+
+
+def test_a_dropped_refused_adapter_is_one_error_box(qtbot, window, open_model, only_fusions, llama_dir, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "adapter_config.json").write_text(json.dumps({"peft_type": "IA3"}))
+    open_model(window, str(llama_dir))
+    only_fusions(window, "qkv")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(bad))])
+    drop = QDropEvent(
+        QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
+    with qtbot.waitSignal(window.error_shown, timeout=60_000) as sig:
+        window.dropEvent(drop)  # a folder with adapter_config.json, dropped on an open model: opened as its adapter
+    assert "is not LORA" in sig.args[1]
+    assert window.state.adapter_plan is None and not window.adapter_action.isEnabled()
+    assert window.state.spec == str(llama_dir)  # the model stays open
