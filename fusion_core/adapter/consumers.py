@@ -1,7 +1,7 @@
 """Who loads a converted adapter, found by loading it with PEFT: on our fused load and on stock transformers.
 
-One child process (``python -I -m fusion_core.adapter.consumers``, an empty working folder:
-:class:`fusion_core.run.isolated.WarmChild`) imports torch, transformers and PEFT and picks
+One child process (``python -I -m fusion_core.run.child`` serving this module, in an empty folder:
+:func:`fusion_core.run.isolated.child_for`) imports torch, transformers and PEFT and picks
 the base model's synthetic inputs while the parent writes. Then:
 
 - the *reference*: the source adapter on its own layout (``PeftModel.from_pretrained`` on
@@ -16,7 +16,6 @@ the base model's synthetic inputs while the parent writes. Then:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from ..boundary.convert import from_plain, to_plain
 from ..errors import AdapterError, one_line
 from ..export.consumers import LOADS_EXACTLY, LOADS_WRONG, REFUSES
 from ..export.result import Consumer
-from ..run.isolated import WarmChild
+from ..run.isolated import child_for
 
 __all__ = ["AdapterProbe", "ProbeAnswer"]
 
@@ -47,7 +46,7 @@ class AdapterProbe:
     """The child process, started before the adapter is written (one probe answers once)."""
 
     def __init__(self, base: Path, plan: Any, *, trust_remote_code: bool = False) -> None:
-        self._child = WarmChild("fusion_core.adapter.consumers", prefix="fusion-core-adapter-")
+        self._child = child_for("fusion_core.adapter.consumers", prefix="fusion-core-adapter-")
         paths = [m.path for fam in plan.families for m in fam.discovery.matches]
         first = {
             "base": str(Path(base).resolve()),
@@ -250,16 +249,14 @@ def _merged(plan: Any, reference: Any, written: Any, src_layout: str) -> dict[st
     return {"passed": passed, "tensors": compared, "max_abs_diff": worst, "summary": summary}
 
 
-def _main() -> int:
-    import logging
-    import warnings
+def serve() -> int:
+    """The probe, in a child of :mod:`fusion_core.run.child`: the base line, then the written one."""
+    import peft  # noqa: F401 - warm: the import overlaps the parent's writing
 
-    warnings.simplefilter("ignore")
-    logging.disable(logging.WARNING)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import peft  # noqa: F401 - warm: the imports overlap the parent's writing
-
-    ctx = _prepare(json.loads(sys.stdin.readline()))
+    first = sys.stdin.readline()
+    if not first:  # the parent gave up before asking anything
+        return 0
+    ctx = _prepare(json.loads(first))
     line = sys.stdin.readline()
     if not line:
         return 0
@@ -267,7 +264,3 @@ def _main() -> int:
     plain = {"consumers": to_plain(answer.consumers), "outputs": answer.outputs, "merged": answer.merged}
     sys.stdout.write("\n" + _MARK + json.dumps(plain) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

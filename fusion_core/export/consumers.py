@@ -1,6 +1,6 @@
 """Who can load an export, found by loading it: stock transformers and our own loader.
 
-:func:`try_consumers` runs one child process (``python -I -m fusion_core.export.consumers``,
+:func:`try_consumers` runs one child process (``python -I -m fusion_core.run.child`` serving this module,
 in an empty working directory: no code from the model folder or the caller's directory is
 imported) that loads the source model plainly, runs it on seeded synthetic inputs, then
 loads the written export twice and compares each one's main output with the source's:

@@ -21,7 +21,7 @@ import sys
 __all__ = ["SERVES", "main"]
 
 #: the modules a child may serve (each has a ``serve() -> int`` reading its requests on stdin)
-SERVES = ("fusion_core.run.upstream", "fusion_core.export.consumers")
+SERVES = ("fusion_core.run.upstream", "fusion_core.export.consumers", "fusion_core.adapter.consumers")
 
 
 def _warm() -> None:
