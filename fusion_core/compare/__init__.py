@@ -10,11 +10,15 @@
 * values (:mod:`.values`, ``values=True``): streamed, byte ranges first, bounded memory.
 
 Importing this package (or :mod:`.result`) imports neither torch nor transformers: the
-window reads the result types.
+window reads the result types. Like ``fusion_core.export``, the package is callable:
+``fusion_core.compare(a, b, ...)`` is :func:`compare` (the package and the public function
+share the name).
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,8 +28,15 @@ if TYPE_CHECKING:
 __all__ = ["compare", "iter_compare"]
 
 
-def iter_compare(a: Any, b: Any, *, values: bool = False, atol: float | None = None, rtol: float | None = None,
-                 trust_remote_code: bool = False) -> ProgressGenerator[Comparison]:
+def iter_compare(
+    a: Any,
+    b: Any,
+    *,
+    values: bool = False,
+    atol: float | None = None,
+    rtol: float | None = None,
+    trust_remote_code: bool = False,
+) -> ProgressGenerator[Comparison]:
     """The comparison of ``a`` with ``b`` as a progress generator (see :func:`compare`)."""
     from .run import iter_compare as run
 
@@ -67,3 +78,11 @@ def compare(
 
     gen = iter_compare(a, b, values=values, atol=atol, rtol=rtol, trust_remote_code=trust_remote_code)
     return drive(gen, progress, cancel)
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return compare(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

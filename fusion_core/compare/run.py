@@ -76,8 +76,6 @@ def iter_compare(
         else:
             from .values import iter_values
 
-            result.values = yield from iter_values(
-                rows, ka, kb, ia.source.checkpoint, ib.source.checkpoint, atol, rtol
-            )
+            result.values = yield from iter_values(rows, ka, kb, ia.source.checkpoint, ib.source.checkpoint, atol, rtol)
     result.seconds = time.perf_counter() - t0
     return result
