@@ -87,7 +87,7 @@ def format_comparison(c: Any) -> str:
                     for m in rows
                 ],
                 ["status", "module", "class A", "class B", "params A", "params B", "what"],
-            )  # fmt: skip
+            )
         )
         out.append(more) if more else None
     kc = c.key_counts()
@@ -111,7 +111,7 @@ def format_comparison(c: Any) -> str:
                     for k in rows
                 ],
                 ["status", "key A", "A", "key B", "B", "via / what"],
-            )  # fmt: skip
+            )
         )
         out.append(more) if more else None
     if c.values is not None:
