@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ..boundary.options import CheckOptions, ExportOptions
+from ..compare.result import Comparison
 from ..export.result import Consumer, ExportResult
 from ..plan.diff import PlanDiff
 from ..plan.view import InspectionView, PlanView, view_from_data
@@ -88,6 +89,18 @@ class ConsumersParams:
 
 
 @dataclass(frozen=True)
+class CompareParams:
+    """The session's model (A) against ``other`` (B), any name ``open`` takes; values when asked."""
+
+    session: str
+    other: str
+    values: bool = False
+    atol: float | None = None
+    rtol: float | None = None
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
 class FamilyFileParams:
     path: str  # a Python file of families (code: the user chose to trust it)
 
@@ -145,8 +158,10 @@ DEVICES: Op[NoParams, list[str]] = Op("devices", NoParams, list[str])
 FAMILY_FILE: Op[FamilyFileParams, list[str]] = Op("family_file", FamilyFileParams, list[str])
 UNREGISTER: Op[UnregisterParams, None] = Op("unregister", UnregisterParams, type(None))
 CLOSE: Op[SessionParams, None] = Op("close", SessionParams, type(None))
+COMPARE: Op[CompareParams, Comparison] = Op("compare", CompareParams, Comparison, long=True)
 
 #: every operation, by name
 OPS: dict[str, Op[Any, Any]] = {
-    op.name: op for op in (OPEN, CHECK, EXPORT, PLAN, DIFF, CONSUMERS, LISTS, DEVICES, FAMILY_FILE, UNREGISTER, CLOSE)
+    op.name: op
+    for op in (OPEN, CHECK, EXPORT, PLAN, DIFF, CONSUMERS, LISTS, DEVICES, FAMILY_FILE, UNREGISTER, CLOSE, COMPARE)
 }
