@@ -254,11 +254,9 @@ class ComparePanel(QWidget):
 
     def _on_current_row(self, current: QModelIndex, _previous: QModelIndex) -> None:
         row = current.data(RowRole) or {}
-        if "module" in row:
-            path = row["module"]
-        else:
-            path = (row.get("name") or "").rpartition(".")[0]
-        if row.get("status") != "added" and path is not None:
+        # a key's module is its path without the tensor's name; B's new modules are not in A's tree
+        path = row["module"] if "module" in row else (row.get("name") or "").rpartition(".")[0]
+        if row.get("status") != "added":
             self.state.reveal(path)
 
     def rows(self, which: str = "modules") -> list[dict[str, Any]]:
