@@ -25,8 +25,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("diff: --fusion compares one model with its fused form; two models are compared as stored")
     if args.report and not args.report.lower().endswith((".html", ".htm", ".md")):
         raise UsageError(f"diff: --report {printable(args.report)}: give a file ending in .html or .md")
+    if args.hash and not args.values:
+        raise UsageError("diff: --hash hashes the tensors --values reads: give --values too")
     gen = iter_compare(
-        args.model, args.other, values=args.values, atol=args.atol, rtol=args.rtol,
+        args.model, args.other, values=args.values, atol=args.atol, rtol=args.rtol, digest=args.hash,
         trust_remote_code=args.trust_remote_code,
     )  # fmt: skip
     result = run_with_progress(gen, "compare")

@@ -31,6 +31,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--rtol", type=float, default=None, help="two models: values within this relative tolerance are equal"
     )
+    p.add_argument(
+        "--hash", action="store_true", help="two models, with --values: also hash each tensor's bytes (BLAKE2b)"
+    )
     p.add_argument("--report", metavar="OUT.html|OUT.md", default=None, help="also write a report (HTML or Markdown)")
     p.add_argument("--json", action="store_true", help="machine-readable output (docs/cli-json.md)")
     p.set_defaults(func=cmd_diff)
@@ -54,7 +57,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         from .compare import cmd_compare
 
         return cmd_compare(args)
-    for flag, value in (("--values", args.values), ("--atol", args.atol), ("--rtol", args.rtol)):
+    for flag, value in (("--values", args.values), ("--atol", args.atol), ("--rtol", args.rtol), ("--hash", args.hash)):
         if value not in (None, False):
             raise UsageError(f"diff: {flag} compares two models: give a second model (diff A B {flag})")
     if args.report:

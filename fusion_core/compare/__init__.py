@@ -35,12 +35,13 @@ def iter_compare(
     values: bool = False,
     atol: float | None = None,
     rtol: float | None = None,
+    digest: bool = False,
     trust_remote_code: bool = False,
 ) -> ProgressGenerator[Comparison]:
     """The comparison of ``a`` with ``b`` as a progress generator (see :func:`compare`)."""
     from .run import iter_compare as run
 
-    return run(a, b, values=values, atol=atol, rtol=rtol, trust_remote_code=trust_remote_code)
+    return run(a, b, values=values, atol=atol, rtol=rtol, digest=digest, trust_remote_code=trust_remote_code)
 
 
 def compare(
@@ -52,6 +53,7 @@ def compare(
     progress: ProgressCallback | None = None,
     cancel: CancelToken | None = None,
     *,
+    digest: bool = False,
     trust_remote_code: bool = False,
 ) -> Comparison:
     """Compare model ``a`` with model ``b``.
@@ -65,6 +67,8 @@ def compare(
             neither, only bitwise equal tensors are equal.
         progress: called with each :class:`~fusion_core.progress.Progress` step.
         cancel: a token; once set the comparison stops at its next step.
+        digest: with ``values``, also hash each stored tensor's bytes on both sides
+            (``ValueRow.digest_a``/``digest_b``; costs time).
 
     Returns:
         The :class:`~fusion_core.compare.result.Comparison`.
@@ -76,7 +80,7 @@ def compare(
     """
     from ..progress import drive
 
-    gen = iter_compare(a, b, values=values, atol=atol, rtol=rtol, trust_remote_code=trust_remote_code)
+    gen = iter_compare(a, b, values=values, atol=atol, rtol=rtol, digest=digest, trust_remote_code=trust_remote_code)
     return drive(gen, progress, cancel)
 
 

@@ -105,7 +105,8 @@ class ValueRow:
 
     ``how``: "bytes" (the byte ranges compared without decoding; equal), "decoded" (read
     and compared element by element), "transform" (a fused side undone by its family's
-    inverse first). ``differing`` is the share of elements that are not equal;
+    inverse first). With ``digest``, ``digest_a``/``digest_b`` hash each side's stored
+    bytes (to compare with a third copy elsewhere). ``differing`` is the share of elements that are not equal;
     ``max_rel`` is relative to A's value.
     """
 
@@ -119,6 +120,9 @@ class ValueRow:
     atol: float = 0.0
     rtol: float = 0.0
     note: str = ""
+    #: BLAKE2b (128 bits, hex) of each side's stored bytes, with ``digest=True`` (keys stored as is)
+    digest_a: str = field(default="", metadata=plain(omit_if_default=True))
+    digest_b: str = field(default="", metadata=plain(omit_if_default=True))
 
 
 @dataclass

@@ -38,7 +38,7 @@ def _side(insp: Any, keys: int, families: dict[str, Any]) -> Side:
 
 def iter_compare(
     a: Any, b: Any, *, values: bool = False, atol: float | None = None, rtol: float | None = None,
-    trust_remote_code: bool = False,
+    digest: bool = False, trust_remote_code: bool = False,
 ) -> Generator[Progress, None, Comparison]:  # fmt: skip
     """See :func:`fusion_core.compare.compare`."""
     for name, value in (("atol", atol), ("rtol", rtol)):
@@ -76,6 +76,8 @@ def iter_compare(
         else:
             from .values import iter_values
 
-            result.values = yield from iter_values(rows, ka, kb, ia.source.checkpoint, ib.source.checkpoint, atol, rtol)
+            result.values = yield from iter_values(
+                rows, ka, kb, ia.source.checkpoint, ib.source.checkpoint, atol, rtol, digest
+            )
     result.seconds = time.perf_counter() - t0
     return result

@@ -11,6 +11,7 @@ were opened.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import warnings
@@ -149,9 +150,14 @@ def _bits(dtype: str) -> int:
 
 
 def _stored_pair(
-    name: str, ia: TensorInfo, ib: TensorInfo, fa: _Files, fb: _Files, tol: tuple[float, float]
+    name: str, ia: TensorInfo, ib: TensorInfo, fa: _Files, fb: _Files, tol: tuple[float, float], digest: bool
 ) -> Iterator[int | ValueRow]:
-    """Compare two stored tensors of one shape chunk by chunk; yields bytes done, then the row."""
+    """Compare two stored tensors of one shape chunk by chunk; yields bytes done, then the row.
+
+    With ``digest`` each side's bytes are also hashed (BLAKE2b, 128 bits) as they pass.
+    """
+    import hashlib
+
     n = math.prod(ia.shape)
     stats = _Stats(elements=n)
     same = ia.dtype == ib.dtype
@@ -159,27 +165,37 @@ def _stored_pair(
     if not same and not decodable:
         yield ValueRow(name, "skipped", "", n, note=f"cannot decode {ia.dtype} / {ib.dtype}")
         return
+    ha, hb = (hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)) if digest else (None, None)
     bits = max(_bits(ia.dtype), _bits(ib.dtype))
     step = max(1, CHUNK_BYTES * 8 // bits // 8 * 8)  # elements per chunk (a whole byte of sub-byte types)
-    decoded = False
+    decoded = undecoded = False
     for i in range(0, n, step):
         m = min(step, n - i)
         xa = fa.read(ia, i * _bits(ia.dtype) // 8, math.ceil(m * _bits(ia.dtype) / 8))
         xb = fb.read(ib, i * _bits(ib.dtype) // 8, math.ceil(m * _bits(ib.dtype) / 8))
         yield len(xa)
+        if ha is not None and hb is not None:
+            ha.update(xa)
+            hb.update(xb)
         if same and xa == xb:
             continue
         if not decodable:
-            yield ValueRow(name, "different", "bytes", n, note=f"bytes differ; {ia.dtype} is not decoded")
-            return
+            undecoded = True
+            continue
         decoded = True
         stats.add(_frombuffer(xa, ia.dtype), _frombuffer(xb, ib.dtype), *tol)
-    yield stats.row(name, "decoded" if decoded else "bytes", tol)
+    if undecoded:
+        row = ValueRow(name, "different", "bytes", n, note=f"bytes differ; {ia.dtype} is not decoded")
+    else:
+        row = stats.row(name, "decoded" if decoded else "bytes", tol)
+    if ha is not None and hb is not None:
+        row = dataclasses.replace(row, digest_a=ha.hexdigest(), digest_b=hb.hexdigest())
+    yield row
 
 
 def iter_values(
     rows: list[Any], a: dict[str, Entry], b: dict[str, Entry], ia: CheckpointIndex, ib: CheckpointIndex,
-    atol: float | None, rtol: float | None,
+    atol: float | None, rtol: float | None, digest: bool = False,
 ) -> Generator[Progress, None, list[ValueRow]]:  # fmt: skip
     """The values of every matched key of ``rows`` (:class:`~.result.KeyRow`), in A's file order.
 
@@ -212,7 +228,7 @@ def iter_values(
             ea, eb = a[unit[0].name], b[unit[0].name]
             if len(unit) == 1 and ea.group is None and eb.group is None:
                 tol = tolerance_for(ea.dtype, eb.dtype, atol, rtol)
-                for step in _stored_pair(ea.name, ia.tensors[ea.stored], ib.tensors[eb.stored], fa, fb, tol):
+                for step in _stored_pair(ea.name, ia.tensors[ea.stored], ib.tensors[eb.stored], fa, fb, tol, digest):
                     if isinstance(step, ValueRow):
                         out[step.name] = step
                     else:

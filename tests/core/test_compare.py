@@ -189,3 +189,19 @@ def test_the_plain_form_round_trips(pairs):
     data = json.loads(json.dumps(to_plain(c)))
     assert list(data)[:5] == ["schema_version", "a", "b", "equal", "verdict"]
     assert from_plain(Comparison, data) == c
+
+
+def test_hash_digests_the_stored_bytes(pairs, capsys):
+    import hashlib
+
+    c = compare(pairs["base"], pairs["tensor"], values=True, digest=True)
+    row = c.value_of(CHANGED)
+    info = __import__("fusion_core").read_index(pairs["tensor"]).tensors[CHANGED]
+    with open(pairs["tensor"] / "model.safetensors", "rb") as f:
+        f.seek(info.start)
+        expected = hashlib.blake2b(f.read(info.nbytes), digest_size=16).hexdigest()
+    assert row.digest_b == expected and row.digest_a != expected
+    same = c.value_of("model.norm.weight")
+    assert same.digest_a == same.digest_b and len(same.digest_a) == 32
+    assert "digest_a" not in to_plain(compare(pairs["base"], pairs["copy"], values=True).values[0])  # only when asked
+    assert main(["diff", str(pairs["base"]), str(pairs["copy"]), "--hash"]) == 2
