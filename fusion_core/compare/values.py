@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import warnings
 from collections.abc import Generator, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -84,11 +83,19 @@ class _Files:
             self._fds[name] = fd
         return fd
 
-    def read(self, info: TensorInfo, offset: int, size: int) -> bytes:
-        data = os.pread(self.fd(info.file), size, info.start + offset)
-        if len(data) != size:
-            raise CheckpointError(f"{self.index.folder / info.file}: truncated while it was read ({info.key!r})")
-        return data
+    def read_into(self, info: TensorInfo, offset: int, out: memoryview) -> None:
+        """Fill ``out`` with the tensor's bytes from ``offset`` on (``preadv``: no copy, no allocation)."""
+        fd, pos, done = self.fd(info.file), info.start + offset, 0
+        while done < len(out):
+            if hasattr(os, "preadv"):
+                got = os.preadv(fd, [out[done:]], pos + done)
+            else:  # pragma: no cover - platforms without preadv
+                data = os.pread(fd, len(out) - done, pos + done)
+                out[done : done + len(data)] = data
+                got = len(data)
+            if got <= 0:
+                raise CheckpointError(f"{self.index.folder / info.file}: truncated while it was read ({info.key!r})")
+            done += got
 
     def tensor(self, key: str) -> torch.Tensor:
         from ..model.checkpoint import open_shard
@@ -111,16 +118,26 @@ class _Stats:
     max_rel: float = 0.0
 
     def add(self, x: torch.Tensor, y: torch.Tensor, atol: float, rtol: float) -> None:
-        """Accumulate one chunk pair (A's values ``x``, B's ``y``, flat, same length)."""
+        """Accumulate one chunk pair (A's values ``x``, B's ``y``, flat, same length).
+
+        One pass finds the elements that differ; only those are widened and measured (a NaN
+        on both sides counts as equal).
+        """
         import torch
 
-        wide = torch.float64 if torch.float64 in (x.dtype, y.dtype) or not (x.is_floating_point()) else torch.float32
-        xf, yf = x.to(wide), y.to(wide)
-        ne = (xf != yf) & ~(xf.isnan() & yf.isnan())
-        k = int(ne.sum())
+        wide = torch.float64 if torch.float64 in (x.dtype, y.dtype) or not x.is_floating_point() else torch.float32
+        try:  # in the stored dtype when torch compares it (not float8)
+            ne = x != y if x.dtype == y.dtype else x.to(wide) != y.to(wide)
+        except (RuntimeError, NotImplementedError):
+            ne = x.to(wide) != y.to(wide)
+        if not bool(ne.any()):
+            return
+        xs, ys = x[ne].to(wide), y[ne].to(wide)
+        keep = ~(xs.isnan() & ys.isnan())
+        xs, ys = xs[keep], ys[keep]
+        k = xs.numel()
         if not k:
             return
-        xs, ys = xf[ne], yf[ne]
         d = (xs - ys).abs().nan_to_num(nan=math.inf)
         self.differing += k
         self.max_abs = max(self.max_abs, float(d.max()))
@@ -135,12 +152,10 @@ class _Stats:
         return ValueRow(name, status, how, self.elements, share, self.max_abs, self.max_rel, *tol, note)
 
 
-def _frombuffer(data: bytes, dtype: str) -> torch.Tensor:
+def _torch_dtype(dtype: str) -> Any:
     import torch
 
-    with warnings.catch_warnings():  # read-only bytes: the tensor is only read (copied by .to)
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.frombuffer(data, dtype=getattr(torch, _DECODABLE[dtype]))
+    return getattr(torch, _DECODABLE[dtype])
 
 
 def _bits(dtype: str) -> int:
@@ -149,9 +164,55 @@ def _bits(dtype: str) -> int:
     return DTYPE_BITS[dtype]
 
 
+def _memcmp() -> Any:
+    """libc's ``memcmp`` through ctypes, or None where it cannot be found."""
+    import ctypes
+    import ctypes.util
+
+    for name in (None, ctypes.util.find_library("c"), "msvcrt"):
+        try:
+            fn = ctypes.CDLL(name).memcmp
+        except (OSError, AttributeError, TypeError):
+            continue
+        fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+        fn.restype = ctypes.c_int
+        return fn
+    return None
+
+
+class _Buffers:
+    """Two reusable chunk buffers (one per side): every chunk is read into them (``preadv``) and
+    compared in place (``memcmp``), so streaming allocates nothing per chunk. (Comparing
+    memoryviews in Python runs element by element; ``torch.equal`` measured 7x slower than
+    ``memcmp`` here.)"""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        import torch
+
+        self.raw = (bytearray(CHUNK_BYTES), bytearray(CHUNK_BYTES))
+        self.bytes = tuple(torch.frombuffer(b, dtype=torch.uint8) for b in self.raw)
+        self._addr = tuple(ctypes.addressof((ctypes.c_char * CHUNK_BYTES).from_buffer(b)) for b in self.raw)
+        self._memcmp = _memcmp()
+
+    def read(self, side: int, files: _Files, info: TensorInfo, offset: int, size: int) -> torch.Tensor:
+        files.read_into(info, offset, memoryview(self.raw[side])[:size])
+        return self.bytes[side][:size]
+
+    def equal(self, size: int) -> bool:
+        """Whether the first ``size`` bytes of both buffers are the same."""
+        if self._memcmp is not None:
+            return self._memcmp(self._addr[0], self._addr[1], size) == 0
+        import torch  # pragma: no cover - no libc
+
+        return bool(torch.equal(self.bytes[0][:size], self.bytes[1][:size]))
+
+
 def _stored_pair(
-    name: str, ia: TensorInfo, ib: TensorInfo, fa: _Files, fb: _Files, tol: tuple[float, float], digest: bool
-) -> Iterator[int | ValueRow]:
+    name: str, ia: TensorInfo, ib: TensorInfo, fa: _Files, fb: _Files, tol: tuple[float, float], digest: bool,
+    buffers: _Buffers,
+) -> Iterator[int | ValueRow]:  # fmt: skip
     """Compare two stored tensors of one shape chunk by chunk; yields bytes done, then the row.
 
     With ``digest`` each side's bytes are also hashed (BLAKE2b, 128 bits) as they pass.
@@ -166,24 +227,24 @@ def _stored_pair(
         yield ValueRow(name, "skipped", "", n, note=f"cannot decode {ia.dtype} / {ib.dtype}")
         return
     ha, hb = (hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)) if digest else (None, None)
-    bits = max(_bits(ia.dtype), _bits(ib.dtype))
-    step = max(1, CHUNK_BYTES * 8 // bits // 8 * 8)  # elements per chunk (a whole byte of sub-byte types)
+    bits_a, bits_b = _bits(ia.dtype), _bits(ib.dtype)
+    step = max(8, CHUNK_BYTES * 8 // max(bits_a, bits_b) // 8 * 8)  # elements per chunk (whole bytes of sub-byte types)
     decoded = undecoded = False
     for i in range(0, n, step):
         m = min(step, n - i)
-        xa = fa.read(ia, i * _bits(ia.dtype) // 8, math.ceil(m * _bits(ia.dtype) / 8))
-        xb = fb.read(ib, i * _bits(ib.dtype) // 8, math.ceil(m * _bits(ib.dtype) / 8))
-        yield len(xa)
+        xa = buffers.read(0, fa, ia, i * bits_a // 8, math.ceil(m * bits_a / 8))
+        xb = buffers.read(1, fb, ib, i * bits_b // 8, math.ceil(m * bits_b / 8))
+        yield xa.numel()
         if ha is not None and hb is not None:
-            ha.update(xa)
-            hb.update(xb)
-        if same and xa == xb:
+            ha.update(memoryview(buffers.raw[0])[: xa.numel()])
+            hb.update(memoryview(buffers.raw[1])[: xb.numel()])
+        if same and buffers.equal(xa.numel()):
             continue
         if not decodable:
             undecoded = True
             continue
         decoded = True
-        stats.add(_frombuffer(xa, ia.dtype), _frombuffer(xb, ib.dtype), *tol)
+        stats.add(xa.view(_torch_dtype(ia.dtype)), xb.view(_torch_dtype(ib.dtype)), *tol)
     if undecoded:
         row = ValueRow(name, "different", "bytes", n, note=f"bytes differ; {ia.dtype} is not decoded")
     else:
@@ -223,12 +284,15 @@ def iter_values(
     done = 0
     with ExitStack() as stack:
         fa, fb = _Files(ia, stack), _Files(ib, stack)
+        buffers = _Buffers()
         yield Progress(0, total, "values")
         for unit in units:
             ea, eb = a[unit[0].name], b[unit[0].name]
             if len(unit) == 1 and ea.group is None and eb.group is None:
                 tol = tolerance_for(ea.dtype, eb.dtype, atol, rtol)
-                for step in _stored_pair(ea.name, ia.tensors[ea.stored], ib.tensors[eb.stored], fa, fb, tol, digest):
+                for step in _stored_pair(
+                    ea.name, ia.tensors[ea.stored], ib.tensors[eb.stored], fa, fb, tol, digest, buffers
+                ):
                     if isinstance(step, ValueRow):
                         out[step.name] = step
                     else:
