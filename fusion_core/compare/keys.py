@@ -113,8 +113,8 @@ def match_keys(a: dict[str, Entry], b: dict[str, Entry]) -> list[KeyRow]:
         changes = tuple(c for c, differ in (("shape", ea.shape != eb.shape), ("dtype", ea.dtype != eb.dtype)) if differ)
         if changes:
             status = "changed"
-        elif ea.group is not None or eb.group is not None:
-            status = "transformed"
+        elif (ea.group is not None or eb.group is not None) and (ea.via, ea.stored) != (eb.via, eb.stored):
+            status = "transformed"  # one side fused (or fused otherwise): equal once undone
         elif ea.stored != eb.stored:
             status = "renamed"
         else:

@@ -205,3 +205,13 @@ def test_hash_digests_the_stored_bytes(pairs, capsys):
     assert same.digest_a == same.digest_b and len(same.digest_a) == 32
     assert "digest_a" not in to_plain(compare(pairs["base"], pairs["copy"], values=True).values[0])  # only when asked
     assert main(["diff", str(pairs["base"]), str(pairs["copy"]), "--hash"]) == 2
+
+
+def test_two_fused_exports_alike_are_plainly_equal(llama_dir, tmp_path):
+    import fusion_core
+
+    for name in ("one", "two"):
+        fusion_core.export(str(llama_dir), tmp_path / name, {"qkv": True}, verify_outputs=False)
+    c = compare(tmp_path / "one", tmp_path / "two", values=True)
+    assert c.verdict == "equal" and c.key_counts()["transformed"] == 0
+    assert c.a.fusion_config == {"qkv": True}

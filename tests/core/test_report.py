@@ -101,3 +101,12 @@ def test_diff_report_from_the_cli(llama_dir, tmp_path, suffix):
     assert main(["diff", str(llama_dir), str(llama_dir), "--values", "--report", str(out)]) == 0
     text = out.read_text()
     assert "equal" in text and "model.layers 0–1: equal" in text
+
+
+def test_the_window_side_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, fusion_core.report, fusion_core.compare.result, fusion_core.host.ops; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False"]
