@@ -34,8 +34,12 @@ def variant(llama_dir: Path, tmp_path: Path) -> Path:
 
 
 def test_compare_with_shows_a_against_b(qtbot, window, open_model, variant, tmp_path):
+    assert window.show_compare_dialog() is None and not window.compare_action.isEnabled()  # nothing open yet
     open_model(window, "demo:llama")
-    assert window.compare_action.isEnabled()
+    assert window.compare_action.isEnabled() and window.compare_action.shortcut().toString() == "Ctrl+Shift+O"
+    dialog = window.show_compare_dialog()
+    assert dialog.windowTitle() == "Compare with…"
+    dialog.reject()
     with qtbot.waitSignal(window.state.comparison_changed, timeout=60_000) as blocker:
         window.compare_with(str(variant))
     c = blocker.args[0]
