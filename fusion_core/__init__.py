@@ -58,8 +58,9 @@ _API: dict[str, str] = {
     "AdapterResult": "fusion_core.adapter.result",
     **dict.fromkeys(("CoverageReport", "coverage_scan", "format_report", "scan"), "fusion_core.coverage.scan"),
 }
-# ``fusion_core.export`` is the export sub-package, which is callable: ``fusion_core.export(src, dest, ...)``.
-_SUBPACKAGES = ("export",)
+# ``fusion_core.export`` is the export sub-package, which is callable: ``fusion_core.export(src, dest, ...)``;
+# so is ``fusion_core.compare(a, b, ...)`` (two models compared).
+_SUBPACKAGES = ("export", "compare")
 
 __all__ = sorted([*_API, *_SUBPACKAGES])
 

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QSplitter,
+    QStackedWidget,
     QTabWidget,
     QWidget,
 )
@@ -22,6 +23,7 @@ from . import style
 from .format import bounded, human_count
 from .panels.adapter_dialog import AdapterDialog
 from .panels.checks import ChecksPanel
+from .panels.compare import ComparePanel
 from .panels.details import DetailsPanel
 from .panels.diff import DiffPanel
 from .panels.export_dialog import ExportDialog
@@ -29,6 +31,7 @@ from .panels.fusions import FusionsPanel
 from .panels.log_panel import LogPanel
 from .panels.mapping import MappingPanel
 from .panels.open_dialog import OpenDialog, trust_prompt
+from .panels.save_dialog import save_dialog
 from .panels.transforms import TransformsPanel
 from .panels.tree_panel import TreePanel
 from .state import AppState
@@ -73,6 +76,11 @@ class MainWindow(QMainWindow):
         self.mapping = MappingPanel(self.state)
         self.transforms = TransformsPanel(self.state)
         self.diff = DiffPanel(self.state)
+        self.compare = ComparePanel(self.state)
+        # the Diff tab: the original against the fused model, or A against B once compared
+        self.diff_stack = QStackedWidget()
+        self.diff_stack.addWidget(self.diff)
+        self.diff_stack.addWidget(self.compare)
         self.checks = ChecksPanel(self.state)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -80,7 +88,7 @@ class MainWindow(QMainWindow):
             (self.fusions, "Fusions"),
             (self.mapping, "Patch mapping"),
             (self.transforms, "Weight transforms"),
-            (self.diff, "Diff"),
+            (self.diff_stack, "Diff"),
             (self.checks, "Checks"),
             (self.log_panel, "Log"),
         ):
@@ -119,6 +127,8 @@ class MainWindow(QMainWindow):
         s.tab_requested.connect(self.show_tab)
         s.check_requested.connect(self._on_check_requested)
         s.adapter_changed.connect(lambda _a: self._update_actions())
+        s.comparison_changed.connect(self._on_comparison_changed)
+        self.compare.closed.connect(lambda: self.diff_stack.setCurrentWidget(self.diff))
         self._on_recent_changed(s.settings.recent_models())
         self._update_actions()
 
@@ -153,6 +163,13 @@ class MainWindow(QMainWindow):
         )
         self.cancel_action = self._action("&Cancel job", self.state.cancel_job, None, "Cancel the running job")
         self.save_checks_action = self._action("&Save check results…", self.checks.save_json_dialog)
+        self.compare_action = self._action(
+            "Compare &with…", self.show_compare_dialog, "Ctrl+Shift+O", "Compare the open model with another one"
+        )
+        self.save_view_action = self._action(
+            "Save &image/report…", self.show_save_dialog, "Ctrl+Shift+S",
+            "Save the module tree (SVG, PNG, text) or the check/comparison report (HTML, Markdown)",
+        )  # fmt: skip
         self.recent_menu = QMenu("Open &Recent", self)
 
         bar = self.menuBar()
@@ -160,10 +177,12 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.open_action)
         file_menu.addMenu(self.recent_menu)
         file_menu.addAction(self.open_adapter_action)
+        file_menu.addAction(self.compare_action)
         file_menu.addSeparator()
         file_menu.addAction(self.export_action)
         file_menu.addAction(self.adapter_action)
         file_menu.addAction(self.save_checks_action)
+        file_menu.addAction(self.save_view_action)
         file_menu.addSeparator()
         file_menu.addAction(self.quit_action)
         view_menu = bar.addMenu("&View")
@@ -246,6 +265,31 @@ class MainWindow(QMainWindow):
         dialog = OpenDialog(self.state, self, self.state.settings.recent_models())
         dialog.accepted.connect(lambda: self.open_model(dialog.spec()))
         dialog.open()  # window-modal, never blocks the event loop
+        self.dialog = dialog
+        return dialog
+
+    def show_compare_dialog(self) -> OpenDialog | None:
+        """Choose a second model (B) to compare the open one (A) with; the Diff tab shows them."""
+        if self.state.inspection is None:
+            return None
+        dialog = OpenDialog(self.state, self, self.state.settings.recent_models())
+        dialog.setWindowTitle("Compare with…")
+        dialog.accepted.connect(lambda: self.compare_with(dialog.spec()))
+        dialog.open()
+        self.dialog = dialog
+        return dialog
+
+    def compare_with(self, spec: str, values: bool = False) -> None:
+        self.show_tab("diff")
+        self.diff_stack.setCurrentWidget(self.compare)
+        self.state.compare_with(spec, values=values)
+
+    def _on_comparison_changed(self, comparison) -> None:
+        self.diff_stack.setCurrentWidget(self.compare if comparison is not None else self.diff)
+        self._update_actions()
+
+    def show_save_dialog(self):
+        dialog = save_dialog(self, self.state, lambda title, message: self.show_error(title, message))
         self.dialog = dialog
         return dialog
 
@@ -376,6 +420,8 @@ class MainWindow(QMainWindow):
         self.cancel_action.setEnabled(busy)
         self.open_adapter_action.setEnabled(self.state.inspection is not None and not busy)
         self.adapter_action.setEnabled(self.state.adapter_plan is not None and not busy)
+        self.compare_action.setEnabled(not busy and self.state.inspection is not None)
+        self.save_view_action.setEnabled(self.state.shown is not None)
 
     def _on_check_requested(self, path: str) -> None:
         self.show_tab("checks")
@@ -405,6 +451,10 @@ class MainWindow(QMainWindow):
         spec = self._dropped_spec(event)
         if spec:
             event.acceptProposedAction()
+            # holding Shift compares the dropped model with the open one instead of opening it
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier and self.state.inspection is not None:
+                self.compare_with(spec)
+                return
             if (Path(spec) / "adapter_config.json").is_file() and self.state.inspection is not None:
                 self.state.open_adapter(spec)  # a LoRA adapter folder, next to the open model
                 return

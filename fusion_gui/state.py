@@ -24,6 +24,7 @@ from fusion_core.host.ops import (
     ADAPTER,
     ADAPTER_PLAN,
     CHECK,
+    COMPARE,
     CONSUMERS,
     DEVICES,
     DIFF,
@@ -36,6 +37,7 @@ from fusion_core.host.ops import (
     AdapterParams,
     AdapterPlanParams,
     CheckParams,
+    CompareParams,
     ConsumersParams,
     ExportParams,
     FamilyFileParams,
@@ -119,6 +121,7 @@ class AppState(QObject):
     busy_changed = Signal(bool)  # a user job started (True) or finished (False)
     adapter_changed = Signal(object)  # AdapterPlan of the opened LoRA adapter, or None (`adapter_error`)
     adapter_finished = Signal(object)  # AdapterResult
+    comparison_changed = Signal(object)  # Comparison of the open model (A) with another (B), or None
 
     def __init__(
         self, settings: Settings | None = None, parent: QObject | None = None, engine: Engine | None = None
@@ -144,6 +147,8 @@ class AppState(QObject):
         self._plan_job: Job[PlanView] | None = None
         self.check_result: Any = None
         self.selected_path: str = ""
+        self.comparison: Any = None  # the last Comparison of the open model with `compare_spec`
+        self.compare_spec: str = ""
         saved = self.settings.fusions()
         self._saved_fusions = saved
         self.adapter_path: str = ""  # a PEFT LoRA adapter folder opened next to the model
@@ -225,6 +230,8 @@ class AppState(QObject):
             self.adapter_changed.emit(None)
         if had_results:
             self.checks_cleared.emit()
+        if self.comparison is not None or self.compare_spec:  # it compared the model before this one
+            self.clear_comparison()
         # highlights and the plan request in the next turn of the event loop: the new tree paints first
         QTimer.singleShot(1, self, lambda insp=insp: self._replan() if self.inspection is insp else None)
 
@@ -505,6 +512,37 @@ class AppState(QObject):
         )
         job.succeeded.connect(self.export_finished.emit)
         return job
+
+    # comparing with another model -----------------------------------------------------
+    def compare_with(
+        self, spec: str, *, values: bool = False, atol: float | None = None, rtol: float | None = None
+    ) -> Job[Any] | None:
+        """Compare the open model (A) with ``spec`` (B) in the engine: structure and keys, and
+        tensor values with ``values`` (streamed there, with progress; Cancel stops it)."""
+        spec = spec.strip()
+        if not spec or self.inspection is None or self.jobs.busy:
+            return None
+        what = "values of " if values else ""
+        job = self._start(
+            "compare",
+            COMPARE,
+            CompareParams(self.session, spec, values=values, atol=atol, rtol=rtol),
+            f"Comparing {what}{self.spec} with {spec}",
+            f"Compared {what}{self.spec} with {spec}",
+        )
+        self.compare_spec = spec
+        job.succeeded.connect(lambda result: self._on_compared(spec, result))
+        job.failed.connect(lambda e: self._report(f"Cannot compare with {spec}", e))
+        return job
+
+    def _on_compared(self, spec: str, result: Any) -> None:
+        if spec == self.compare_spec:
+            self.comparison = result
+            self.comparison_changed.emit(result)
+
+    def clear_comparison(self) -> None:
+        self.comparison, self.compare_spec = None, ""
+        self.comparison_changed.emit(None)
 
     def load_family_file(self, path: str | Path) -> Job[list[str]]:
         """Register the families of a Python file in the engine (for models opened after this)."""

@@ -1,4 +1,5 @@
-"""``fusion-core diff MODEL --fusion NAME ... [--json]``: original against fused, without tensor data."""
+"""``fusion-core diff MODEL --fusion NAME ... [--json]``: original against fused, without tensor data;
+``fusion-core diff A B [--values] [--atol X] [--rtol Y] [--report OUT] [--json]``: any two models."""
 
 from __future__ import annotations
 
@@ -16,7 +17,24 @@ def register(sub: Any) -> None:
         help="compare the original model with the fused one: classes, state-dict keys, parameter counts",
     )
     p.add_argument("model", help="folder, config.json, arch:<type>, demo:<name> or org/name")
+    p.add_argument(
+        "other",
+        nargs="?",
+        default=None,
+        help="a second model: compare MODEL (A) with it (B); exit 0 equal, 1 different",
+    )
     p.add_argument("--fusion", action="append", default=[], metavar="NAME", help="family to enable (repeatable)")
+    p.add_argument("--values", action="store_true", help="two models: also compare every tensor's values (streamed)")
+    p.add_argument(
+        "--atol", type=float, default=None, help="two models: values within this absolute tolerance are equal"
+    )
+    p.add_argument(
+        "--rtol", type=float, default=None, help="two models: values within this relative tolerance are equal"
+    )
+    p.add_argument(
+        "--hash", action="store_true", help="two models, with --values: also hash each tensor's bytes (BLAKE2b)"
+    )
+    p.add_argument("--report", metavar="OUT.html|OUT.md", default=None, help="also write a report (HTML or Markdown)")
     p.add_argument("--json", action="store_true", help="machine-readable output (docs/cli-json.md)")
     p.set_defaults(func=cmd_diff)
 
@@ -35,6 +53,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from ..plan.diff import diff_plan
     from ..plan.fusion_plan import inspect_model
 
+    if args.other is not None:
+        from .compare import cmd_compare
+
+        return cmd_compare(args)
+    for flag, value in (("--values", args.values), ("--atol", args.atol), ("--rtol", args.rtol), ("--hash", args.hash)):
+        if value not in (None, False):
+            raise UsageError(f"diff: {flag} compares two models: give a second model (diff A B {flag})")
+    if args.report:
+        raise UsageError("diff: --report writes the report of two models compared: give a second model (diff A B)")
     if not args.fusion:
         raise UsageError("diff: give at least one --fusion NAME (see `fusion-core families`)")
     insp = inspect_model(args.model, trust_remote_code=args.trust_remote_code)

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from ..boundary.options import DTYPES
 from .args import device_arg, seed_arg
-from .output import print_json, run_with_progress, table
+from .output import print_json, printable, run_with_progress, table
 
 
 def register(sub: Any) -> None:
@@ -44,6 +45,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--no-upstream", action="store_true", help="skip the upstream parity check (transformers' own fusion)"
     )
+    p.add_argument("--report", metavar="OUT.html|OUT.md", default=None, help="also write a report (HTML or Markdown)")
     p.set_defaults(func=cmd_check)
 
 
@@ -125,11 +127,18 @@ def cmd_check(args: argparse.Namespace) -> int:
         prompt=args.prompt,
         modules_only=args.modules_only,
     )
+    if args.report and not args.report.lower().endswith((".html", ".htm", ".md")):
+        raise UsageError(f"check: --report {printable(args.report)}: give a file ending in .html or .md")
     source = resolve(args.model, trust_remote_code=args.trust_remote_code)
     if not args.fusion and getattr(source.config, "fusion_config", None) is None:
         raise UsageError("check: give at least one --fusion NAME (see `fusion-core families`); the config has none")
     gen = iter_check(as_plan(source, _fusion_config(args)), options)
     result = run_with_progress(gen, desc="check", quiet=args.json)
+    if args.report:
+        from ..report import write_report
+
+        write_report(result, args.report)
+        print(f"fusion-core: wrote {printable(args.report)}", file=sys.stderr)
     if args.json:
         print_json(result)
     else:

@@ -16,6 +16,14 @@ def register(sub: Any) -> None:
     p.add_argument("model", help="folder, config.json, arch:<type>, demo:<name> or org/name")
     p.add_argument("--depth", type=int, default=None, help="levels below the root to show")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--svg", metavar="OUT.svg", default=None, help="also save the tree as an image, repeats folded")
+    p.add_argument(
+        "--text", metavar="OUT.txt", default=None, help="also save the tree as indented text, repeats folded"
+    )
+    p.add_argument(
+        "--fusion", action="append", default=[], metavar="NAME",
+        help="with --svg/--text: highlight the modules this family fuses (repeatable)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_tree)
 
     p = sub.add_parser("plan", help="show what the fusion families would change")
@@ -80,6 +88,8 @@ def cmd_tree(args: argparse.Namespace) -> int:
         raise UsageError(f"tree: --depth must be 0 or more, got {args.depth}")
     insp = _open(args)
     root = insp.tree.root
+    if args.svg or args.text:
+        _save_tree(insp, args)
     if args.json:
         print_json(
             {
@@ -114,6 +124,34 @@ def cmd_tree(args: argparse.Namespace) -> int:
     )
     print(table(rows, ["module", "class", "params", "kind", "weight", "dtype"]))
     return 0
+
+
+def _save_tree(insp: Any, args: argparse.Namespace) -> None:
+    """``tree --svg/--text``: the folded tree, the plan's fused modules highlighted (``--fusion``)."""
+    from ..report.tree_image import plan_marks, tree_rows, tree_svg, tree_text, write_text
+
+    marks = {}
+    if args.fusion:
+        plan = insp.plan(fusion_config_of(args.fusion))
+        marks = plan_marks(plan.matched_paths, [f.name for f in plan.families])
+    rows = tree_rows(insp.tree, marks)
+    subtitle = (
+        f"{insp.source.model_class.__name__}, {len(insp.tree)} modules, {human_count(root_params(insp))} parameters"
+        f"; repeats folded: {len(rows)} rows"
+    )
+    for path, text in ((args.svg, lambda: tree_svg(rows, insp.name, subtitle)), (args.text, lambda: tree_text(rows))):
+        if path:
+            try:
+                write_text(path, text())
+            except OSError as e:
+                from ..errors import UsageError
+
+                raise UsageError(f"tree: cannot write {printable(path)} ({e.strerror or e})") from None
+            print(f"fusion-core: wrote {printable(path)}", file=sys.stderr)
+
+
+def root_params(insp: Any) -> int:
+    return insp.tree.root.total_params
 
 
 def fusion_config_of(values: list[str]) -> dict[str, Any]:

@@ -27,7 +27,9 @@ COMMAND_GROUPS = (inspect, execute, export, diff, adapter)
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2
-        raise UsageError(f"{self.prog}: {message}")
+        # main() writes "fusion-core: error: "; a subcommand's parser names its command after it
+        command = self.prog.removeprefix("fusion-core").strip()
+        raise UsageError(f"{command}: {message}" if command else message)
 
 
 def build_parser() -> argparse.ArgumentParser:

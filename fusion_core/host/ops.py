@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from ..adapter.result import AdapterPlan, AdapterResult
 from ..boundary.options import AdapterOptions, CheckOptions, ExportOptions
+from ..compare.result import Comparison
 from ..export.result import Consumer, ExportResult
 from ..plan.diff import PlanDiff
 from ..plan.view import InspectionView, PlanView, view_from_data
@@ -110,6 +111,18 @@ class AdapterParams:
 
 
 @dataclass(frozen=True)
+class CompareParams:
+    """The session's model (A) against ``other`` (B), any name ``open`` takes; values when asked."""
+
+    session: str
+    other: str
+    values: bool = False
+    atol: float | None = None
+    rtol: float | None = None
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
 class FamilyFileParams:
     path: str  # a Python file of families (code: the user chose to trust it)
 
@@ -169,9 +182,11 @@ DEVICES: Op[NoParams, list[str]] = Op("devices", NoParams, list[str])
 FAMILY_FILE: Op[FamilyFileParams, list[str]] = Op("family_file", FamilyFileParams, list[str])
 UNREGISTER: Op[UnregisterParams, None] = Op("unregister", UnregisterParams, type(None))
 CLOSE: Op[SessionParams, None] = Op("close", SessionParams, type(None))
+COMPARE: Op[CompareParams, Comparison] = Op("compare", CompareParams, Comparison, long=True)
 
 #: every operation, by name
 OPS: dict[str, Op[Any, Any]] = {
-    op.name: op for op in (OPEN, CHECK, EXPORT, PLAN, DIFF, CONSUMERS, LISTS, DEVICES, FAMILY_FILE, UNREGISTER, CLOSE)
+    op.name: op
+    for op in (OPEN, CHECK, EXPORT, PLAN, DIFF, CONSUMERS, LISTS, DEVICES, FAMILY_FILE, UNREGISTER, CLOSE, COMPARE)
 }
 OPS.update({op.name: op for op in (ADAPTER_PLAN, ADAPTER)})  # LoRA adapters (fusion_core.adapter)

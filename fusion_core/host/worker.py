@@ -36,6 +36,7 @@ from .ops import (
     ADAPTER_PLAN,
     CHECK,
     CLOSE,
+    COMPARE,
     CONSUMERS,
     DEVICES,
     DIFF,
@@ -49,6 +50,7 @@ from .ops import (
     AdapterParams,
     AdapterPlanParams,
     CheckParams,
+    CompareParams,
     ConsumersParams,
     ExportParams,
     FamilyFileParams,
@@ -108,7 +110,9 @@ class Host:
             FAMILY_FILE: self._family_file,
             UNREGISTER: self._unregister,
             CLOSE: self._close,
+            COMPARE: self._compare,
         }
+        self._others: dict[tuple[str, str], Any] = {}  # (session, spec) -> the model it is compared with
 
     def send(self, message: dict[str, Any]) -> None:
         data = wire.encode(message)
@@ -362,6 +366,24 @@ class Host:
 
     def _close(self, p: SessionParams) -> None:
         self._sessions.pop(p.session, None)
+        for key in [k for k in self._others if k[0] == p.session]:
+            del self._others[key]
+
+    def _compare(self, p: CompareParams) -> Generator[Any, None, Any]:
+        """The session's model against ``p.other``, opened once per session (values on request)."""
+        from ..compare import iter_compare
+        from ..plan.fusion_plan import inspect_model
+        from ..progress import Progress
+
+        insp = self._inspection(p.session)
+        other = self._others.get((p.session, p.other))
+        if other is None:
+            yield Progress(0, 0, f"opening {p.other}")
+            other = inspect_model(p.other, trust_remote_code=p.trust_remote_code)
+            self._others = {k: v for k, v in self._others.items() if k[0] != p.session}  # one B per window
+            self._others[(p.session, p.other)] = other
+        log.info("compare: %s with %s%s", insp.name, p.other, " (values)" if p.values else "")
+        return (yield from iter_compare(insp, other, values=p.values, atol=p.atol, rtol=p.rtol))
 
 
 def main() -> int:

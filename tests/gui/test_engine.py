@@ -54,6 +54,16 @@ WINDOW_SCRIPT = textwrap.dedent(
     state.run_checks(CheckOptions.build(repeats=1, upstream=False, time_budget=0))
     loop.exec()
     assert got and got[0][0].passed, "checks"
+    checked = got[0][0]
+    got, loop = wait(state.comparison_changed)
+    window.compare_with("demo:llama", values=True)  # A against B, values streamed in the engine
+    loop.exec()
+    assert got and got[0][0] is not None and got[0][0].values is not None, "no comparison"
+    from fusion_gui.panels.save_dialog import save_view
+
+    for name in ("tree.png", "tree.svg", "report.html"):  # rendered and written in the window process
+        save_view(state, name)
+    got = [(checked,)]
     print(type(got[0][0]).__name__, "torch" in sys.modules, "transformers" in sys.modules, flush=True)
     state.shutdown()
     """
@@ -61,7 +71,8 @@ WINDOW_SCRIPT = textwrap.dedent(
 
 
 def test_the_window_process_never_imports_torch(tmp_path):
-    """Open, plan, diff and checks from a fresh window process: the results arrive typed, torch stays out."""
+    """Open, plan, diff, checks, a comparison and saved images from a fresh window process: the results
+    arrive typed, torch stays out."""
     env = {**os.environ, "FUSION_INSPECTOR_SETTINGS": str(tmp_path / "settings.ini")}
     proc = subprocess.run(
         [sys.executable, "-c", WINDOW_SCRIPT], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path

@@ -1,0 +1,338 @@
+"""Reports of a comparison or a check: one self-contained HTML file (inline SVG chart, tables,
+verdicts, no external resource) or Markdown for a pull request.
+
+Every string from a model (names, keys, classes, messages) is escaped: ``html.escape`` in
+HTML, table-cell escaping (pipes, backticks, brackets, line breaks) in Markdown, control
+characters written as escapes (:func:`fusion_core.text.printable`) in both.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..text import human_count, printable
+from .tree_image import write_text
+
+STATUS_COLOURS = {
+    "equal": "#2e7d32", "renamed": "#1565c0", "transformed": "#6a1b9a", "close": "#f9a825", "changed": "#ef6c00",
+    "added": "#00838f", "removed": "#c62828", "different": "#c62828", "skipped": "#757575", "passed": "#2e7d32",
+    "failed": "#c62828",
+}  # fmt: skip
+MAX_CELL = 300
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:2em;color:#212121}table{border-collapse:collapse;margin:.5em 0 1.5em}"
+    "td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px;text-align:left}th{background:#f5f5f5}"
+    "td.n{text-align:right;font-variant-numeric:tabular-nums}.ok{color:#2e7d32}.bad{color:#c62828}"
+    "code{font-size:12px}.verdict{font-size:1.2em;font-weight:bold}"
+)
+
+
+# -- escaping ---------------------------------------------------------------------------
+def _h(value: Any) -> str:
+    text = printable(str(value))
+    return html.escape(text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…")
+
+
+def _m(value: Any) -> str:
+    """A Markdown table cell: plain text, nothing it holds can start markup or end the cell."""
+    text = printable(str(value)).replace("\\", "\\\\")
+    for ch in "|`*_[]<>#":
+        text = text.replace(ch, "\\" + ch)
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def _shape(shape: Any) -> str:
+    return "x".join(map(str, shape)) if shape is not None else ""
+
+
+def _g(x: float | None) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
+
+
+# -- building blocks ---------------------------------------------------------------------
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[int] = ()) -> str:
+    if not rows:
+        return "<p><i>none</i></p>"
+    head = "".join(f"<th>{_h(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = []
+        for i, v in enumerate(row):
+            colour = STATUS_COLOURS.get(str(v)) if i == 0 else None
+            style = f' style="color:{colour}"' if colour else ""
+            cls = ' class="n"' if i in numeric else ""
+            cells.append(f"<td{cls}{style}>{_h(v)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    if not rows:
+        return "_none_\n"
+    out = ["| " + " | ".join(_m(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(_m(v) for v in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def bar_chart(groups: Sequence[tuple[str, dict[str, float]]], title: str = "", unit: str = "") -> str:
+    """An inline SVG of stacked horizontal bars: one bar per group, one segment per status."""
+    width, left, bar_h = 720, 110, 22
+    height = 30 + len(groups) * (bar_h + 10) + 30
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        f'font-size="12" role="img" aria-label="{_h(title)}">'
+    ]
+    if title:
+        parts.append(f'<text x="0" y="16" font-weight="bold">{_h(title)}</text>')
+    y = 28
+    used: dict[str, None] = {}
+    for name, counts in groups:
+        total = sum(counts.values())
+        parts.append(f'<text x="0" y="{y + 15}">{_h(name)}</text>')
+        x = float(left)
+        for status, n in counts.items():
+            if not n or total <= 0:
+                continue
+            w = (width - left - 10) * n / total
+            colour = STATUS_COLOURS.get(status, "#90a4ae")
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colour}">'
+                f"<title>{_h(status)}: {n:g}{unit}</title></rect>"
+            )
+            if w > 28:
+                parts.append(f'<text x="{x + 4:.1f}" y="{y + 15}" fill="#ffffff">{n:g}</text>')
+            used[status] = None
+            x += w
+        y += bar_h + 10
+    x = float(left)
+    for status in used:
+        parts.append(
+            f'<rect x="{x:.0f}" y="{y + 2}" width="10" height="10" fill="{STATUS_COLOURS.get(status, "#90a4ae")}"/>'
+        )
+        parts.append(f'<text x="{x + 14:.0f}" y="{y + 11}">{_h(status)}</text>')
+        x += 30 + 7 * len(status)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _page(title: str, body: list[str]) -> str:
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_h(title)}</title>'
+        f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+# -- a comparison ------------------------------------------------------------------------
+def _comparison_tables(c: Any) -> list[tuple[str, list[str], list[tuple[Any, ...]], tuple[int, ...]]]:
+    modules = [
+        (m.status, m.path or "(root)", m.class_a or "", m.class_b or "",
+         "" if m.params_a is None else f"{m.params_a:,}", "" if m.params_b is None else f"{m.params_b:,}",
+         ", ".join(m.changes))
+        for m in c.modules if m.status != "equal"
+    ]  # fmt: skip
+    keys = [
+        (k.status, k.name, k.key_a or "", f"{_shape(k.shape_a)} {k.dtype_a or ''}".strip(), k.key_b or "",
+         f"{_shape(k.shape_b)} {k.dtype_b or ''}".strip(), ", ".join(v for v in (k.via_a, k.via_b) if v),
+         ", ".join(k.changes))
+        for k in c.keys if k.status != "equal"
+    ]  # fmt: skip
+    tables = [
+        (
+            "Modules that differ",
+            ["status", "module", "class A", "class B", "params A", "params B", "what"],
+            modules,
+            (4, 5),
+        ),
+        (
+            "Keys that are not stored alike",
+            ["status", "model key", "key A", "A", "key B", "B", "via", "what"],
+            keys,
+            (),
+        ),
+    ]
+    if c.values is not None:
+        values = [
+            (v.status, v.name, f"{v.differing:.4%}", _g(v.max_abs), _g(v.max_rel), f"{v.atol:g} / {v.rtol:g}", v.how, v.note)
+            for v in c.values if v.status != "equal"
+        ]  # fmt: skip
+        tables.append(
+            ("Tensors whose values differ", ["status", "key", "differing", "max abs", "max rel", "atol / rtol", "how", "note"],
+             values, (2, 3, 4))
+        )  # fmt: skip
+    return tables
+
+
+def _side_line(label: str, s: Any) -> str:
+    weights = f"{s.keys} tensors, {human_count(s.bytes)}B" if s.has_checkpoint else "no checkpoint"
+    fused = f"; fused layout: {', '.join(s.fusion_config)}" if s.fusion_config else ""
+    return f"{label}: {s.name} — {s.model_class}, {s.modules} modules, {human_count(s.params)} parameters, {weights}{fused}"
+
+
+def _count_groups(c: Any) -> list[tuple[str, dict[str, float]]]:
+    groups = [("modules", c.module_counts()), ("keys", c.key_counts())]
+    if c.values is not None:
+        groups.append(("values", c.value_counts()))
+    return groups
+
+
+def comparison_html(c: Any) -> str:
+    """A :class:`~fusion_core.compare.result.Comparison` as one self-contained HTML page."""
+    verdict_cls = "ok" if c.equal else "bad"
+    body = [
+        f"<h1>{_h(c.a.name)} vs {_h(c.b.name)}</h1>",
+        f"<p>{_h(_side_line('A', c.a))}<br>{_h(_side_line('B', c.b))}</p>",
+        f'<p class="verdict {verdict_cls}">{_h(c.verdict)}</p>',
+        bar_chart(_count_groups(c), "what matches"),
+        "<h2>Folded repeats</h2>",
+        "<ul>" + "".join(f"<li>{_h(f.text)}</li>" for f in c.folds) + "</ul>" if c.folds else "<p><i>none</i></p>",
+    ]
+    for title, headers, rows, numeric in _comparison_tables(c):
+        body += [f"<h2>{_h(title)} ({len(rows)})</h2>", _html_table(headers, rows, numeric)]
+    if c.messages:
+        body += ["<h2>Notes</h2>", "<ul>" + "".join(f"<li>{_h(m)}</li>" for m in c.messages) + "</ul>"]
+    return _page(f"{c.a.name} vs {c.b.name}", body)
+
+
+def comparison_markdown(c: Any) -> str:
+    """A comparison as Markdown (a pull-request comment)."""
+    out = [
+        f"## {_m(c.a.name)} vs {_m(c.b.name)}\n",
+        f"- {_m(_side_line('A', c.a))}\n- {_m(_side_line('B', c.b))}\n",
+        f"**Verdict: {_m(c.verdict)}**\n",
+        _md_table(
+            ["", *_statuses(c)],
+            [(name, *(counts.get(s, 0) for s in _statuses(c))) for name, counts in _count_groups(c)],
+        ),
+    ]
+    if c.folds:
+        out.append("\n".join(f"- {_m(f.text)}" for f in c.folds) + "\n")
+    for title, headers, rows, _ in _comparison_tables(c):
+        out += [f"### {_m(title)} ({len(rows)})\n", _md_table(headers, rows)]
+    if c.messages:
+        out += ["### Notes\n", "\n".join(f"- {_m(m)}" for m in c.messages) + "\n"]
+    return "\n".join(out)
+
+
+def _statuses(c: Any) -> list[str]:
+    seen: dict[str, None] = {}
+    for _, counts in _count_groups(c):
+        seen.update(dict.fromkeys(counts))
+    return list(seen)
+
+
+# -- a check -----------------------------------------------------------------------------
+def _check_rows(r: Any) -> list[tuple[Any, ...]]:
+    rows = []
+    for m in r.modules:
+        cmp, t = m.comparison, m.timing
+        rows.append(
+            ("passed" if m.passed else "failed", m.path, m.family, f"{m.original_class} → {m.fused_class}",
+             _g(cmp.max_abs_diff) if cmp else "", _g(cmp.limit) if cmp else "",
+             t.interval_text() if t else "", t.verdict if t else "", m.error or m.verified_by)
+        )  # fmt: skip
+    return rows
+
+
+CHECK_HEADERS = ["result", "module", "family", "class", "max abs diff", "limit", "speed-up [95%]", "speed", "note"]
+
+
+def _check_summary(r: Any) -> list[str]:
+    lines = [f"{r.model} ({r.model_class}), fusions: {', '.join(r.fusion_config) or 'none'}, {r.dtype} on {r.device}"]
+    e = r.end_to_end
+    if e is not None and e.comparison is not None:
+        lines.append(f"end to end ({e.output}): max abs diff {_g(e.comparison.max_abs_diff)} (limit {_g(e.comparison.limit)})"
+                     + (f", speed-up {e.timing.interval_text()} {e.timing.verdict}" if e.timing else ""))  # fmt: skip
+    for f in r.family_verdicts:
+        if f.line:
+            lines.append(f.line)
+    return lines
+
+
+def check_html(r: Any) -> str:
+    """A :class:`~fusion_core.run.results.CheckResult` as one self-contained HTML page."""
+    ok = r.passed
+    speed = [(m.path.rsplit(".", 2)[-1] if len(m.path) > 30 else m.path, m.timing) for m in r.modules if m.timing]
+    body = [
+        f"<h1>Check: {_h(r.model)}</h1>",
+        "<p>" + "<br>".join(_h(x) for x in _check_summary(r)) + "</p>",
+        f'<p class="verdict {"ok" if ok else "bad"}">{"passed" if ok else "FAILED"}</p>',
+        bar_chart([("modules", {"equal": sum(1 for m in r.modules if m.passed),
+                                "different": sum(1 for m in r.modules if not m.passed)})], "modules within tolerance"),
+    ]  # fmt: skip
+    if speed:
+        body.append(_speed_chart(speed))
+    body += [f"<h2>Fused modules ({len(r.modules)})</h2>", _html_table(CHECK_HEADERS, _check_rows(r), (4, 5))]
+    notes = [*r.messages, *r.warnings]
+    if notes:
+        body += ["<h2>Notes</h2>", "<ul>" + "".join(f"<li>{_h(m)}</li>" for m in notes) + "</ul>"]
+    return _page(f"Check: {r.model}", body)
+
+
+def _speed_chart(items: list[tuple[str, Any]]) -> str:
+    """Speed-up per module (original / fused) as bars with their interval, 1.0 marked."""
+    width, left, bar_h = 720, 220, 16
+    items = items[:60]
+    top = max(2.0, *(t.speedup_high for _, t in items if math.isfinite(t.speedup_high)))
+    scale = (width - left - 20) / top
+    height = 30 + len(items) * (bar_h + 6) + 10
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
+             '<text x="0" y="14" font-weight="bold">speed-up, fused vs original (1.0 = same)</text>']  # fmt: skip
+    y = 24
+    for name, t in items:
+        colour = {"faster": "#2e7d32", "slower": "#c62828"}.get(t.verdict, "#90a4ae")
+        w = max(1.0, t.speedup * scale) if math.isfinite(t.speedup) else 1.0
+        parts.append(f'<text x="0" y="{y + 12}">{_h(name)}</text>')
+        parts.append(
+            f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colour}"><title>{_h(t.interval_text())}</title></rect>'
+        )
+        if math.isfinite(t.speedup_low) and math.isfinite(t.speedup_high):
+            parts.append(f'<line x1="{left + t.speedup_low * scale:.1f}" x2="{left + t.speedup_high * scale:.1f}" '
+                         f'y1="{y + bar_h / 2}" y2="{y + bar_h / 2}" stroke="#212121"/>')  # fmt: skip
+        parts.append(f'<text x="{left + w + 4:.1f}" y="{y + 12}">{t.speedup:.2f}x</text>')
+        y += bar_h + 6
+    one = left + scale
+    parts.append(f'<line x1="{one:.1f}" x2="{one:.1f}" y1="20" y2="{y}" stroke="#212121" stroke-dasharray="3,3"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def check_markdown(r: Any) -> str:
+    """A check as Markdown (a pull-request comment)."""
+    out = [f"## Check: {_m(r.model)}\n", "\n".join(f"- {_m(x)}" for x in _check_summary(r)) + "\n",
+           f"**{'passed' if r.passed else 'FAILED'}**\n", f"### Fused modules ({len(r.modules)})\n",
+           _md_table(CHECK_HEADERS, _check_rows(r))]  # fmt: skip
+    notes = [*r.messages, *r.warnings]
+    if notes:
+        out += ["### Notes\n", "\n".join(f"- {_m(m)}" for m in notes) + "\n"]
+    return "\n".join(out)
+
+
+# -- files -------------------------------------------------------------------------------
+def render_report(result: Any, fmt: str) -> str:
+    """The report of ``result`` (a comparison or a check) in ``fmt`` ("html" or "md")."""
+    from ..compare.result import Comparison
+
+    if isinstance(result, Comparison):
+        return comparison_html(result) if fmt == "html" else comparison_markdown(result)
+    return check_html(result) if fmt == "html" else check_markdown(result)
+
+
+def write_report(result: Any, path: str | Path) -> Path:
+    """Write the report of ``result`` to ``path``: HTML for ``.html``/``.htm``, Markdown for ``.md``.
+
+    Raises:
+        UsageError: another suffix, or a folder that does not exist.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".html", ".htm", ".md"):
+        raise UsageError(f"report {printable(str(path))}: give a file ending in .html or .md")
+    if not path.parent.is_dir():
+        raise UsageError(f"report {printable(str(path))}: the folder {printable(str(path.parent))} does not exist")
+    write_text(path, render_report(result, "md" if suffix == ".md" else "html"))
+    return path

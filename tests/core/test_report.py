@@ -1,0 +1,112 @@
+"""Sharing what you see: the folded tree as SVG and text, and comparisons and checks as HTML and
+Markdown reports, written from the CLI and re-read (the SVG parses, the HTML holds the numbers,
+model strings are escaped)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from fusion_core.cli import main
+from fusion_core.compare.result import Comparison, KeyRow, ModuleRow, Side, ValueRow
+from fusion_core.report import comparison_html, comparison_markdown, tree_rows, tree_svg, tree_text
+from fusion_core.report.tree_image import Mark
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _texts(path: Path) -> list[str]:
+    return [t.text or "" for t in ET.parse(path).getroot().iter(f"{SVG}text")]
+
+
+def test_a_2700_module_tree_folds_into_a_readable_image(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from fusion_core.model.tree import module_tree
+    from fusion_core.patching import patch_lock
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=208,
+                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    import torch
+
+    with patch_lock(), torch.device("meta"):
+        tree = module_tree(LlamaForCausalLM(config))
+    assert len(tree) > 2700
+    marks = {"model.layers.0.self_attn": Mark("#1565c0", "fused by qkv")}
+    rows = tree_rows(tree, marks)
+    assert len(rows) == 20  # the 208 layers are one row with the first layer's modules below it
+    fold = next(r for r in rows if r.count > 1)
+    assert (fold.name, fold.count, fold.mark) == ("0–207", 208, marks["model.layers.0.self_attn"])  # a mark below
+    path = tmp_path / "tree.svg"
+    path.write_text(tree_svg(rows, "a <deep> model", "2,700 modules"))
+    texts = _texts(path)
+    assert "a <deep> model" in texts and "0–207 ×208" in texts and "fused by qkv" in texts  # title escaped, legend
+    assert int(ET.parse(path).getroot().get("height")) < 600
+    text = tree_text(rows)
+    assert "    0–207 ×208  LlamaDecoderLayer" in text and "self_attn  LlamaAttention" in text
+    assert "[fused by qkv]" in text
+
+
+def test_cli_tree_svg_and_text(tmp_path, capsys):
+    svg, txt = tmp_path / "t.svg", tmp_path / "t.txt"
+    assert main(["tree", "demo:qwen2-vl", "--depth", "0", "--svg", str(svg), "--text", str(txt),
+                 "--fusion", "patch_embeddings"]) == 0  # fmt: skip
+    assert "fused by patch_embeddings" in _texts(svg) and "blocks  ModuleList" in txt.read_text()
+    assert "[fused by patch_embeddings]" in txt.read_text()
+    assert main(["tree", "demo:qwen2-vl", "--svg", str(tmp_path / "no" / "t.svg")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+def _hostile() -> Comparison:
+    name = "<script>alert(1)</script>|`x`"
+    side = Side(name, "Cls", 2, 10, 1, True, 40)
+    return Comparison(
+        side, side,
+        [ModuleRow("", "equal", "Cls", "Cls", 10, 10), ModuleRow("m|<b>", "added", None, "Lin<ear>", None, 4)],
+        [],
+        [KeyRow("w|<i>", "changed", "w|<i>", "w|<i>", (2, 2), (2, 2), "F32", "F16", changes=("dtype",))],
+        [ValueRow("w|<i>", "different", "decoded", 4, 0.25, 0.125, 0.5, 1e-5, 1e-3)],
+        messages=["note <img src=x>"],
+    )  # fmt: skip
+
+
+def test_reports_escape_model_strings_and_hold_the_numbers():
+    c = _hostile()
+    page = comparison_html(c)
+    assert "<script>" not in page and "<img" not in page and "<b>" not in page and "Lin<ear>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "m|&lt;b&gt;" in page
+    assert "25.0000%" in page and "0.125" in page and page.count("<svg") == 1
+    ET.fromstring(page[page.index("<svg") : page.index("</svg>") + 6])  # the inline chart is valid XML
+    md = comparison_markdown(c)
+    assert "| added | m\\|\\<b\\> |" in md and "\\<script\\>" in md and "<script>" not in md
+    assert md.count("\n| different | w\\|\\<i\\> | 25.0000% | 0.125 | 0.5 |") == 1
+
+
+def test_check_report_from_the_cli(tmp_path, capsys):
+    out = tmp_path / "check.html"
+    args = ["check", "demo:llama", "--fusion", "qkv", "--no-upstream", "--repeats", "1", "--time-budget", "0"]
+    assert main([*args, "--report", str(out)]) == 0
+    page = out.read_text()
+    assert "passed" in page and "model.layers.1.self_attn" in page and "<svg" in page
+    assert "speed-up" in page and "LlamaAttention → FusedLlamaAttention" in page
+    assert main([*args, "--report", str(tmp_path / "check.pdf")]) == 2
+    assert "give a file ending in .html or .md" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix", [".html", ".md"])
+def test_diff_report_from_the_cli(llama_dir, tmp_path, suffix):
+    out = tmp_path / f"diff{suffix}"
+    assert main(["diff", str(llama_dir), str(llama_dir), "--values", "--report", str(out)]) == 0
+    text = out.read_text()
+    assert "equal" in text and "model.layers 0–1: equal" in text
+
+
+def test_the_window_side_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, fusion_core.report, fusion_core.compare.result, fusion_core.host.ops; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False"]
