@@ -38,12 +38,14 @@ __all__ = [
     "MIN_VERDICT_ROUNDS",
     "NOISY",
     "SETTLE",
+    "from_samples",
     "load_average",
     "measure",
     "median_interval",
     "ratio_interval",
     "sync_for",
     "warm_up",
+    "within_noise",
 ]
 
 NOISY = 0.25  # relative half-width of the interval above which a timing is "too noisy to tell"
@@ -138,9 +140,9 @@ def warm_up(
             sync()
             sink.append((time.perf_counter() - start) * 1000)
         rounds += 1
-        if rounds >= 2 and all(t[-1] >= (1 - settle) * min(t[:-1]) for t in times):
-            break
-        if time.perf_counter() - t0 > budget_s:
+        if rounds < 2:
+            continue
+        if all(t[-1] >= (1 - settle) * min(t[:-1]) for t in times) or time.perf_counter() - t0 > budget_s:
             break
     return rounds, [t[0] for t in times]
 
@@ -214,30 +216,52 @@ def measure(
             if _tight(*ab, o.target) and _tight(*aa, o.target):
                 break
     seconds = time.perf_counter() - t0
-    center, low, high = ratio_interval(_ratios(times[0], times[1]), seed)
-    _, n_low, n_high = ratio_interval(_ratios(times[0], times[2]), seed)
+    t = from_samples(times[0], times[1], times[2], seed=seed)
+    t.original_peak_mb, t.fused_peak_mb, t.seconds = peak_o, peak_f, seconds
+    t.warmup_rounds, t.first_call_ms, t.fused_first_call_ms = warm_rounds, firsts[0], firsts[1]
+    return t
+
+
+def from_samples(
+    original: Sequence[float], fused: Sequence[float], original_again: Sequence[float] | None = None, *, seed: int = 0
+) -> Timing:
+    """A :class:`Timing` from paired samples taken elsewhere (whole processes, say): round ``i``
+    gave ``original[i]``, ``fused[i]`` and, for the A/A floor, ``original_again[i]``.
+
+    Without ``original_again`` the floor is unknown and stays at exactly 1.0.
+    """
+    center, low, high = ratio_interval(_ratios(list(original), list(fused)), seed)
+    n_low = n_high = 1.0
+    if original_again is not None:
+        _, n_low, n_high = ratio_interval(_ratios(list(original), list(original_again)), seed)
+    rounds = min(len(original), len(fused))
     noisy = (
         not (math.isfinite(low) and math.isfinite(high) and center > 0)
         or (high - low) / 2 > NOISY * center
         or rounds < 3
     )
+    both = list(original) + list(original_again or [])
     return Timing(
-        original_ms=statistics.median(times[0] + times[2]),
-        fused_ms=statistics.median(times[1]),
+        original_ms=statistics.median(both) if both else float("nan"),
+        fused_ms=statistics.median(fused) if fused else float("nan"),
         repeats=rounds,
         speedup=center,
         speedup_low=low,
         speedup_high=high,
-        original_peak_mb=peak_o,
-        fused_peak_mb=peak_f,
         noisy=noisy,
-        seconds=seconds,
         noise_low=min(1.0, n_low) if math.isfinite(n_low) else 1.0,
         noise_high=max(1.0, n_high) if math.isfinite(n_high) else 1.0,
-        warmup_rounds=warm_rounds,
-        first_call_ms=firsts[0],
-        fused_first_call_ms=firsts[1],
     )
+
+
+def within_noise(values: Sequence[float], seed: int = 0, widest: float = 0.5) -> bool:
+    """Whether a quantity measured as ``values`` (e.g. per-round differences of two process
+    times) cannot serve as a denominator: its 95% interval holds 0, or is wider than
+    ``widest`` of its median on a side. A ratio over it is "too noisy", never printed."""
+    center, low, high = median_interval(values, seed)
+    if not (math.isfinite(low) and math.isfinite(high)) or low <= 0 <= high or center <= 0:
+        return True
+    return max(center - low, high - center) > widest * center
 
 
 def _ratios(num: list[float], den: list[float]) -> list[float]:
