@@ -8,7 +8,8 @@ Two checkpoints with random weights (seeded), written once into ``--cache``:
   timed on its own flattened patches; the peak RSS growth shows the memory bound.
 * **e2e**: the same widths with ``--e2e-depth`` blocks (default 4), so that the whole
   model runs end to end on one CPU in reasonable time: module and end-to-end speedups
-  with their 95% intervals, the patch embedding's share of the end-to-end time, and the
+  with their 95% intervals and A/A noise floors (the engine's timing, as ``check``), the
+  patch embedding's share (with its interval) of the end-to-end time, and the
   projected end-to-end speedup. With 32 blocks the share (and so the gain) is about
   ``e2e-depth / 32`` of this one.
 
@@ -65,6 +66,8 @@ def _row(label: str, size: int, m: Any) -> dict[str, Any]:
         "max_abs_diff": m.comparison.max_abs_diff if m.comparison else None,
         "original_ms": t.original_ms, "fused_ms": t.fused_ms, "speedup": t.speedup,
         "low": t.speedup_low, "high": t.speedup_high, "verdict": t.verdict, "share": m.share_of_end_to_end,
+        "share_low": m.share_low, "share_high": m.share_high, "noise_low": t.noise_low, "noise_high": t.noise_high,
+        "text": t.verdict_text(),
     }  # fmt: skip
 
 
@@ -127,22 +130,28 @@ def main(argv: list[str] | None = None) -> int:
         rows += [_row(f"depth {args.e2e_depth}, end to end", size, m) for m in r.modules]
         e = r.end_to_end
         notes.append(
-            f"depth {args.e2e_depth}, {size} px: end to end {e.timing.interval_text()} ({e.timing.verdict}), "
+            f"depth {args.e2e_depth}, {size} px: end to end {e.timing.verdict_text()}, "
             f"original {e.timing.original_ms:.0f} ms; projected from the module share "
-            f"{e.projected_speedup:.3f}x; " + "; ".join(v.line for v in r.family_verdicts)
+            f"{e.projected_speedup:.3f}x [{e.projected_low:.3f}, {e.projected_high:.3f}]; "
+            + "; ".join(v.line for v in r.family_verdicts)
         )
-    header = f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, CPU"
+    load = f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else ""
+    header = f"torch {torch.__version__}, {args.threads or torch.get_num_threads()} threads, float32, CPU{load}"
     if args.json:
         print(json.dumps({"env": header, "rows": rows, "notes": notes}, indent=2))
         return 0
     print(header)
-    print(f"{'case':30} {'px':>5} {'orig ms':>9} {'fused ms':>9} {'speedup [95%]':>22} {'share':>7} {'max abs':>8}")
+    print(
+        f"{'case':30} {'px':>5} {'orig ms':>9} {'fused ms':>9} {'speedup [95%] verdict (A/A noise floor)':>44} "
+        f"{'share [95%]':>22} {'max abs':>8}"
+    )
     for row in rows:
         share = "" if row["share"] is None else f"{row['share']:.2%}"
-        speed = f"{row['speedup']:.2f}x [{row['low']:.2f}, {row['high']:.2f}]"
+        if row["share"] is not None and row["share_low"] is not None:
+            share += f" [{row['share_low']:.2%}, {row['share_high']:.2%}]"
         print(
             f"{row['case']:30} {row['px']:>5} {row['original_ms']:>9.2f} {row['fused_ms']:>9.2f} "
-            f"{speed:>22} {share:>7} {row['max_abs_diff']:>8.1e}"
+            f"{row['text']:>44} {share:>22} {row['max_abs_diff']:>8.1e}"
         )
     for note in notes:
         print(f"- {note}")

@@ -13,6 +13,8 @@ process, interleaved, medians over ``--runs``:
 Every measurement starts after a ``sync``. Prints the export's time beyond the bare import
 (whole process minus the bare-import process of the same round, median; and the export's
 own in-process time, which is free of the import's noise) vs the copy (target <= 1.5x),
+each ratio per round with its 95% interval and the A/A floor of the copy (``_ratios.py``:
+a difference that lies within its own noise prints "too noisy", never a number),
 and the export's peak RSS above the bare-import process vs 2x the largest tensor + 100 MiB.
 
     .venv/bin/python benchmarks/bench_export.py [--quick] [--runs N] [--json]
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 
 from _qwen2vl_checkpoint import generate as _generate
+from _ratios import cost, minus
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / ".bench"
@@ -133,9 +136,15 @@ def main() -> None:
             f"cp --reflink=never {' '.join(map(repr, files))} '{work / 'copy'}' && sync {copied}",
         ],
     }
+    # each copy twice per round: the A/A noise floor of every ratio over a copy
+    commands["copy_again"], commands["copy_sync_again"] = commands["copy"], commands["copy_sync"]
     samples: dict[str, list[tuple[float, float, float | None]]] = {name: [] for name in commands}
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     for i in range(runs + 1):  # the first round warms the page cache and is dropped
-        for name, cmd in commands.items():
+        names = list(commands)
+        names = names[i % len(names) :] + names[: i % len(names)]  # rotating order: drift hits all alike
+        for name in names:
+            cmd = commands[name]
             shutil.rmtree(work, ignore_errors=True)
             (work / "copy").mkdir(parents=True)
             value = measure(cmd)
@@ -143,6 +152,20 @@ def main() -> None:
                 samples[name].append(value)
             print(f"  run {i}{'' if i else ' (warm-up)'} {name}: {value[0]:.2f} s, {value[1]:.0f} MiB", file=sys.stderr)
     shutil.rmtree(work, ignore_errors=True)
+    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    walls = {name: [s for s, _, _ in v] for name, v in samples.items()}
+    inners = {
+        name: [x if x is not None else float("nan") for _, _, x in samples[name]]
+        for name in ("export", "export_nosync")
+    }
+    nets = {name: minus(walls[name], walls["bare"]) for name in ("export", "export_nosync")}
+    # a difference of two process times is a numerator only when it stays clear of its own noise
+    ratios = {
+        "vs_durable_copy": cost(nets["export"], walls["copy_sync"], walls["copy_sync_again"]),
+        "in_process_vs_durable_copy": cost(inners["export"], walls["copy_sync"], walls["copy_sync_again"]),
+        "nosync_vs_copy": cost(nets["export_nosync"], walls["copy"], walls["copy_again"]),
+        "nosync_in_process_vs_copy": cost(inners["export_nosync"], walls["copy"], walls["copy_again"]),
+    }
     wall = {name: _median([s for s, _, _ in v]) for name, v in samples.items()}
     rss = {name: _median([r for _, r, _ in v]) for name, v in samples.items()}
     inner = {name: _median([x for _, _, x in v]) for name in ("export", "export_nosync") for v in [samples[name]]}
@@ -161,10 +184,12 @@ def main() -> None:
         "seconds": {name: round(v, 3) for name, v in wall.items()},
         "export_beyond_import_s": round(net["export"], 3),
         "export_in_process_s": round(inner["export"], 3),
-        "time_ratio_vs_durable_copy": round(net["export"] / wall["copy_sync"], 2),
-        "time_ratio_in_process_vs_durable_copy": round(inner["export"] / wall["copy_sync"], 2),
-        "time_ratio_nosync_vs_copy": round(net["export_nosync"] / wall["copy"], 2),
-        "time_ratio_nosync_in_process_vs_copy": round(inner["export_nosync"] / wall["copy"], 2),
+        "load_average": {"before": load_before, "after": load_after, "cpus": os.cpu_count()},
+        "time_ratio_vs_durable_copy": ratios["vs_durable_copy"]["ratio"],
+        "time_ratio_in_process_vs_durable_copy": ratios["in_process_vs_durable_copy"]["ratio"],
+        "time_ratio_nosync_vs_copy": ratios["nosync_vs_copy"]["ratio"],
+        "time_ratio_nosync_in_process_vs_copy": ratios["nosync_in_process_vs_copy"]["ratio"],
+        "ratios": ratios,
         "time_ratio_target": 1.5,
         "peak_rss_mib": {name: round(v, 1) for name, v in rss.items()},
         "export_rss_above_import_mib": round(rss_above, 1),
@@ -178,15 +203,18 @@ def main() -> None:
     for name in commands:
         print(f"  {name:<14} {wall[name]:7.2f} s   peak RSS {rss[name]:7.0f} MiB")
     r = report
+    if load_before is not None:
+        print(f"load average {load_before:.1f} before, {load_after:.1f} after, on {os.cpu_count()} CPUs")
+    print("ratios per round, 95% interval, A/A noise floor (each copy run twice per round):")
     print(
-        f"export (fsync) beyond import / durable copy: {net['export']:.2f} s / {wall['copy_sync']:.2f} s = "
-        f"{r['time_ratio_vs_durable_copy']:.2f}x (in-process {inner['export']:.2f} s: "
-        f"{r['time_ratio_in_process_vs_durable_copy']:.2f}x; target <= 1.5x)"
+        f"export (fsync) beyond import {net['export']:.2f} s / durable copy {wall['copy_sync']:.2f} s: "
+        f"{r['ratios']['vs_durable_copy']['text']}; in-process {inner['export']:.2f} s: "
+        f"{r['ratios']['in_process_vs_durable_copy']['text']} (target <= 1.5x)"
     )
     print(
-        f"export (no fsync) beyond import / cp: {net['export_nosync']:.2f} s / {wall['copy']:.2f} s = "
-        f"{r['time_ratio_nosync_vs_copy']:.2f}x (in-process {inner['export_nosync']:.2f} s: "
-        f"{r['time_ratio_nosync_in_process_vs_copy']:.2f}x)"
+        f"export (no fsync) beyond import {net['export_nosync']:.2f} s / cp {wall['copy']:.2f} s: "
+        f"{r['ratios']['nosync_vs_copy']['text']}; in-process {inner['export_nosync']:.2f} s: "
+        f"{r['ratios']['nosync_in_process_vs_copy']['text']}"
     )
     print(
         f"export RSS above import: {rss_above:.0f} MiB vs 2x largest tensor + 100 MiB = {rss_target:.0f} MiB "

@@ -6,9 +6,10 @@ from configs; the fused twin is a deep copy fused in place by the family
 ``forward`` on the same input under ``torch.inference_mode``; timings are the engine's own
 (:func:`fusion_core.run.timing.measure`, what ``fusion-core check`` reports): paired rounds in
 alternating order until the 95% interval of the median speedup is tight or the budget is
-spent, reported as the speedup with its interval and a verdict (faster / slower / same:
-"same" whenever the interval holds 1.0). Each fused output is checked against the original
-first (max abs difference shown), so a fast wrong module cannot win.
+spent, reported as the speedup with its interval and a verdict (faster / slower / same). Each fused output is checked against the original
+first (max abs difference shown), so a fast wrong module cannot win. Each row carries its
+A/A noise floor (the original timed against itself in the same rounds): "faster" or
+"slower" only outside it, after a warm-up, from 5 rounds on.
 
     .venv/bin/python benchmarks/bench_families.py [--quick] [--family NAME] [--threads N] [--json]
 
@@ -150,9 +151,14 @@ def measure(case: Case, dtype_name: str, budget: float) -> dict[str, Any]:
         "speedup": t.speedup,
         "speedup_low": t.speedup_low,
         "speedup_high": t.speedup_high,
+        "noise_low": t.noise_low,
+        "noise_high": t.noise_high,
         "verdict": t.verdict + (" (noisy)" if t.noisy else ""),
+        "verdict_text": t.verdict_text(),
         "max_abs_diff": diff,
         "rounds": t.repeats,
+        "warmup_rounds": t.warmup_rounds,
+        "first_call_ms": t.first_call_ms,
     }
 
 
@@ -176,10 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in DTYPES:
             rows.append(measure(case, dtype, budget))
             r = rows[-1]
-            print(
-                f"  {case.family} {case.label} {dtype}: {r['speedup']:.2f}x [{r['speedup_low']:.2f}, {r['speedup_high']:.2f}]",
-                file=sys.stderr,
-            )
+            print(f"  {case.family} {case.label} {dtype}: {r['verdict_text']}", file=sys.stderr)
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         print()
@@ -191,12 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print("\nslower on this machine:")
         for r in bad:
-            print(f"  {r['family']}: {r['case']}, {r['dtype']} ({_interval(r)})")
+            print(f"  {r['family']}: {r['case']}, {r['dtype']} ({r['verdict_text']})")
     return 0
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    headers = ["family", "case", "dtype", "original ms", "fused ms", "speedup [95% interval]", "verdict", "max |diff|"]
+    headers = ["family", "case", "dtype", "original ms", "fused ms", "speedup [95%] verdict (A/A noise floor)"]
+    headers += ["max |diff|"]
     cells = [
         [
             r["family"],
@@ -204,8 +208,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
             r["dtype"],
             f"{r['original_ms']:.3f}",
             f"{r['fused_ms']:.3f}",
-            _interval(r),
-            r["verdict"],
+            r["verdict_text"] + (" noisy" if r["verdict"].endswith("(noisy)") else ""),
             f"{r['max_abs_diff']:.1e}",
         ]
         for r in rows
@@ -215,10 +218,6 @@ def _table(rows: list[dict[str, Any]]) -> str:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
-
-
-def _interval(r: dict[str, Any]) -> str:
-    return f"{r['speedup']:.2f}x [{r['speedup_low']:.2f}, {r['speedup_high']:.2f}]"
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The checks chart (QtCharts): speedup per fused module as bars with 95% whiskers, error vs
-its limit on a log axis. No ratio without its interval: each bar carries a whisker."""
+"""The checks chart (QtCharts): speedup per fused module as bars with 95% whiskers and the
+A/A noise floor (two dotted ticks around 1.0), error vs its limit on a log axis. No ratio
+without its interval and its floor."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ class ChecksChart(QChartView):
         """Plot ``rows`` (module, speedup, low, high, max_abs_diff, limit, passed) plus the end-to-end row."""
         self.rows = list(rows) + ([end_to_end] if end_to_end else [])
         self.whiskers: list[QLineSeries] = []
+        self.floors = []
         chart = QChart()
         chart.setMargins(QMargins(4, 4, 4, 4))
         chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
@@ -84,6 +86,18 @@ class ChecksChart(QChartView):
             for x, y in ((i - 0.08, low), (i + 0.08, low), (i, low), (i, high), (i - 0.08, high), (i + 0.08, high)):
                 whisker.append(QPointF(x, y))
             self.whiskers.append(whisker)
+        self.floors: list[QLineSeries] = []  # the A/A noise floor of each row: dotted ticks at its two ends
+        for i, r in enumerate(self.rows):
+            n_low, n_high = _finite(r.get("noise_low")), _finite(r.get("noise_high"))
+            if n_low is None or n_high is None:
+                continue
+            top = max(top, n_high)
+            floor = QLineSeries()
+            floor.setName("A/A noise floor (faster or slower only outside it)")
+            floor.setPen(QPen(QColor("#757575"), 2, Qt.PenStyle.DotLine))
+            for x, y in ((i - 0.3, n_low), (i + 0.3, n_low), (i + 0.3, n_high), (i - 0.3, n_high), (i - 0.3, n_low)):
+                floor.append(QPointF(x, y))
+            self.floors.append(floor)
         bars = QBarSeries()
         bars.append(speed)
         bars.setBarWidth(0.45)
@@ -145,7 +159,7 @@ class ChecksChart(QChartView):
         chart.addAxis(y_speed, Qt.AlignmentFlag.AlignLeft)
         bars.attachAxis(x_axis)
         bars.attachAxis(y_speed)
-        for whisker in self.whiskers:
+        for whisker in self.whiskers + self.floors:
             chart.addSeries(whisker)
         y_err = QLogValueAxis()
         y_err.setBase(10)
@@ -161,10 +175,10 @@ class ChecksChart(QChartView):
         for series in dot_series:
             series.attachAxis(x_num)
             series.attachAxis(y_err)
-        for whisker in self.whiskers:
+        for whisker in self.whiskers + self.floors:
             whisker.attachAxis(x_num)
             whisker.attachAxis(y_speed)
-        for whisker in self.whiskers[1:]:
+        for whisker in self.whiskers[1:] + self.floors[1:]:
             chart.legend().markers(whisker)[0].setVisible(False)
         for line in tol_lines[1:]:
             chart.legend().markers(line)[0].setVisible(False)

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..boundary.options import DTYPES
+from ..run.results import MIN_VERDICT_ROUNDS
 from .args import device_arg, seed_arg
 from .output import print_json, printable, run_with_progress, table
 
@@ -151,14 +152,16 @@ def _g(x: float | None) -> str:
 
 
 def _speed(t: Any) -> str:
-    """A ratio is never printed without its 95% interval."""
+    """A ratio is never printed without its 95% interval and its noise floor."""
     if t is None:
         return ""
-    return f"{t.interval_text()} {t.verdict}" + (" (noisy)" if t.noisy else "")
+    return t.verdict_text() + (" noisy" if t.noisy else "")
 
 
-def _share(x: float | None) -> str:
-    return "" if x is None else f"{x:.1%}"
+def _share(x: float | None, low: float | None = None, high: float | None = None) -> str:
+    if x is None:
+        return ""
+    return f"{x:.1%} [{low:.1%}, {high:.1%}]" if low is not None and high is not None else f"{x:.1%}"
 
 
 def format_check(result: Any) -> str:
@@ -186,7 +189,7 @@ def format_check(result: Any) -> str:
                 f"{t.original_ms:.3f}" if t else "",
                 f"{t.fused_ms:.3f}" if t else "",
                 _speed(t),
-                _share(m.share_of_end_to_end),
+                _share(m.share_of_end_to_end, m.share_low, m.share_high),
                 "pass" if m.passed else f"FAIL {m.error}".strip(),
             )
         )
@@ -208,20 +211,29 @@ def format_check(result: Any) -> str:
             )
         )
     headers = ["module", "classes", "verified by", "inputs", "max abs", "limit", "orig ms", "fused ms"]
-    headers += ["speedup [95% interval]", "share", "result"]
+    headers += ["speedup [95% interval] verdict (A/A noise floor)", "share [95%]", "result"]
     lines.append(table(rows, headers))
     if e is not None and not e.ran:
         lines.append(f"end to end: {e.skipped}")
     elif e is not None and e.projected_speedup is not None:
-        lines.append(
-            f"end to end: measured {e.timing.interval_text()}; projected from module shares {e.projected_speedup:.2f}x"
-        )
+        projected = f"{e.projected_speedup:.2f}x"
+        if e.projected_low is not None and e.projected_high is not None:
+            projected += f" [{e.projected_low:.2f}, {e.projected_high:.2f}]"
+        lines.append(f"end to end: measured {e.timing.verdict_text()}; projected from module shares {projected}")
     peaks = [(m.path, m.timing) for m in result.modules if m.timing and m.timing.original_peak_mb is not None]
     if e is not None and e.timing is not None and e.timing.original_peak_mb is not None:
         peaks.append(("end to end", e.timing))
     for name, t in peaks:
         lines.append(f"peak memory {name}: original {t.original_peak_mb:.1f} MiB, fused {t.fused_peak_mb:.1f} MiB")
-    lines.append("timings: paired rounds, alternating order; speedup = median ratio, 95% bootstrap interval")
+    lines.append(
+        "timings: after a warm-up, rounds of original, fused and original again in rotating order; speedup ="
+        " median ratio original/fused with its 95% bootstrap interval; noise = the same for original/original"
+        f" (faster or slower only outside it, from {MIN_VERDICT_ROUNDS} rounds on)"
+    )
+    w = result.workload
+    if w.torch_version:
+        loads = f"; load average {w.load_before:.1f} -> {w.load_after:.1f}" if w.load_before is not None else ""
+        lines.append(f"workload: torch {w.torch_version}, {w.threads} thread(s), {w.dtype} on {w.device}{loads}")
     lines += [f"verdict: {v.line}" for v in result.family_verdicts]
     if e is not None:
         lines += [f"inputs: {note}" for note in e.notes]
@@ -244,6 +256,6 @@ def banner(result: Any) -> str:
     speed = result.faster
     e = result.end_to_end
     if speed:
-        how = {"faster": "faster", "slower": "SLOWER", "same": "no measurable difference"}[speed]
-        return f"exact: yes; speed: end to end {how} ({e.timing.interval_text()})"
+        how = {"faster": "faster", "slower": "SLOWER", "same": "no measurable difference"}.get(speed, speed)
+        return f"exact: yes; speed: end to end {how} ({e.timing.interval_text()}, {e.timing.floor_text()})"
     return f"exact: yes; speed: end to end {e.skipped if e is not None else 'not run'}"

@@ -147,7 +147,16 @@ def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, N
         with upstream_fusion_suspended() as polluted:
             result = yield from _run(plan, options, rebuilt)
         result.messages[:0] = polluted
-        result.workload = CheckedWorkload.of(options.workload, torch.get_num_threads())
+        result.workload = CheckedWorkload.of(
+            options.workload,
+            torch.get_num_threads(),
+            torch_version=torch.__version__,
+            load_before=result.workload.load_before,
+            load_after=result.workload.load_after,
+        )
+        busy = _busy(result.workload)
+        if busy:
+            result.warnings.append(busy)
     finally:
         torch.set_num_threads(saved_threads)
     return result
@@ -200,7 +209,10 @@ def _checks(
     plan: FusionPlan, options: CheckOptions, result: CheckResult, child: Any
 ) -> Generator[Progress, None, None]:
     """The checks of :func:`_run` past the plan: modules, end to end, verdicts, upstream (``child``)."""
+    from dataclasses import replace
+
     from .modules import fits_in_memory
+    from .timing import load_average
     from .upstream import TIMEOUT_S
     from .verdicts import family_verdicts, project
 
@@ -211,6 +223,7 @@ def _checks(
         if child is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):  # run_upstream reports it
                 child.finish(TIMEOUT_S)
+        result.workload = replace(result.workload, load_before=load_average())
 
     too_big = "" if options.modules_only else fits_in_memory(plan, dtype, device)
     if options.modules_only or too_big:
@@ -242,8 +255,9 @@ def _checks(
             result.end_to_end = EndToEndCheck("", "", "", {}, None, None, skipped=f"not run: {skipped}")
         else:
             result.end_to_end = _check_end_to_end(inputs, original, loaded.model, out_original, workload, timing)
-            _shares(result, original, inputs, device)
+            _shares(result, original, inputs, workload, timing)
         del original, loaded
+    result.workload = replace(result.workload, load_after=load_average())
     project(result)
     result.family_verdicts = family_verdicts(result)
     noisy = [m.path for m in result.modules if m.timing is not None and m.timing.noisy]
@@ -255,11 +269,33 @@ def _checks(
             f"too noisy to tell: the 95% interval stayed wider than ±25% for {', '.join(noisy)} "
             "(a busy machine? raise the rounds, set the threads, or close other programs)"
         )
+    timed = [(m.path, m.timing) for m in result.modules] + [("end to end", e.timing if e is not None else None)]
+    few = [(name, t) for name, t in timed if t is not None and t.verdict == "undetermined"]
+    if few:
+        result.warnings.append(
+            f"no speed verdict for {', '.join(n for n, _ in few)}: {few[0][1].verdict_reason} "
+            "(raise the rounds or the time budget)"
+        )
     if options.upstream:
         yield Progress(5, 6, "upstream parity (separate process)")
         from .upstream import run_upstream
 
         result.upstream = run_upstream(plan, workload, result, child)
+
+
+def _busy(workload: CheckedWorkload) -> str:
+    """A warning when other work shared the CPUs during the timings ("" when it did not)."""
+    cpus = os.cpu_count() or 1
+    loads = [x for x in (workload.load_before, workload.load_after) if x is not None]
+    threads = workload.threads or 1
+    # the load average counts the check's own threads too: busy when others keep half the CPUs
+    if not loads or max(loads) - threads <= cpus / 2:
+        return ""
+    return (
+        f"the machine was busy: load average {workload.load_before or 0:.1f} before the timings and "
+        f"{workload.load_after or 0:.1f} after, on {cpus} CPU(s) with {threads} thread(s) for the check; "
+        "the noise floor of each timing says how far that moved them"
+    )
 
 
 def _relay(gen: Generator[Progress, None, Any], stage: int, total: int) -> Generator[Progress, None, Any]:
@@ -401,64 +437,29 @@ def _check_end_to_end(
     return EndToEndCheck(inputs.entry, name, inputs.kind, inputs.shapes(), comparison, measured, notes)
 
 
-def _shares(result: CheckResult, original: nn.Module, inputs: Any, device: str, rounds: int = 3) -> None:
-    """Each fused module's share of the original end-to-end time, timed inside that forward.
-
-    Hooks around each module the end-to-end run reaches add up its time within the same
-    forward whose total they are divided by (median of ``rounds`` forwards), so shares are
-    consistent with each other and sum to at most 1. A module verified on sample inputs
-    has no share in a forward that never reached it (``None``).
-    """
-    import statistics
-
+def _shares(result: CheckResult, original: nn.Module, inputs: Any, workload: Workload, timing: TimingOptions) -> None:
+    """Each fused module's share of the original end-to-end time, with its interval
+    (:func:`fusion_core.run.shares.measure_shares`). A module verified on sample inputs
+    has no share in a forward that never reached it (``None``)."""
     import torch
 
-    from .timing import sync_for
+    from .shares import measure_shares
 
-    sync = sync_for(device)
     paths = [m.path for m in result.modules if m.verified_by == BY_END_TO_END]
     if not paths:
         return
-    spent: dict[str, float] = {}
-    started: dict[str, float] = {}
-
-    def pre(path: str) -> Any:
-        def hook(*_a: Any) -> None:
-            sync()
-            started[path] = time.perf_counter()
-
-        return hook
-
-    def post(path: str) -> Any:
-        def hook(*_a: Any) -> None:
-            sync()
-            spent[path] = spent.get(path, 0.0) + time.perf_counter() - started.pop(path, time.perf_counter())
-
-        return hook
-
-    handles = []
-    for path in paths:
-        module = original.get_submodule(path)
-        handles += [module.register_forward_pre_hook(pre(path)), module.register_forward_hook(post(path))]
     entry = original.get_submodule(inputs.entry) if inputs.entry else original
-    per_path: dict[str, list[float]] = {p: [] for p in paths}
-    try:
-        with torch.inference_mode():
-            for _ in range(rounds):
-                spent.clear()
-                sync()
-                t0 = time.perf_counter()
-                entry(**inputs.kwargs)
-                sync()
-                total = time.perf_counter() - t0
-                for p in paths:
-                    per_path[p].append(spent.get(p, 0.0) / total if total > 0 else 0.0)
-    finally:
-        for h in handles:
-            h.remove()
+    with torch.inference_mode():
+        shares = measure_shares(
+            lambda: entry(**inputs.kwargs),
+            {p: original.get_submodule(p) for p in paths},
+            timing,
+            device=workload.device,
+            seed=workload.seed,
+        )
     for m in result.modules:
-        if m.path in per_path:
-            m.share_of_end_to_end = min(1.0, statistics.median(per_path[m.path]))
+        if m.path in shares:
+            m.share_of_end_to_end, m.share_low, m.share_high = shares[m.path]
 
 
 def check(

@@ -26,6 +26,11 @@ def _round(digits: int) -> Callable[[float | None], float | None]:
     return lambda x: None if x is None else round(x, digits)
 
 
+def _round_finite(digits: int) -> Callable[[float | None], float | None]:
+    """As :func:`_round`, and a number that was not measured (NaN) becomes None."""
+    return lambda x: None if x is None or x != x else round(x, digits)
+
+
 @dataclass(frozen=True)
 class Tolerance:
     """What a comparison must stay within: pass when max |fused - original| <= atol + rtol * max |original|."""
@@ -52,11 +57,18 @@ class CheckedWorkload:
     frames: int | None = None
     seed: int = 0
     threads: int | None = None
+    torch_version: str = ""
+    device: str = ""
+    dtype: str = ""
+    load_before: float | None = field(default=None, metadata=plain(dump=_round(2)))  # 1-minute load average
+    load_after: float | None = field(default=None, metadata=plain(dump=_round(2)))  # before / after the timings
 
     @classmethod
-    def of(cls, workload: Workload, threads: int | None = None) -> CheckedWorkload:
+    def of(cls, workload: Workload, threads: int | None = None, **machine: Any) -> CheckedWorkload:
+        """The sizes of ``workload``, the threads, and what the machine was (``torch_version``, loads)."""
         w = workload
-        return cls(w.batch, w.seq_len, w.image_size, w.frames, w.seed, threads)
+        return cls(w.batch, w.seq_len, w.image_size, w.frames, w.seed, threads, device=w.device, dtype=w.dtype,
+                   **machine)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -120,17 +132,22 @@ class Comparison:
 
 @dataclass
 class Timing:
-    """Paired, interleaved timings of the original and the fused side.
+    """Paired, interleaved timings of the original and the fused side, after a warm-up.
 
-    ``speedup`` is the median of the per-pair ratios original/fused; ``speedup_low`` and
-    ``speedup_high`` bound it with a 95% interval (a t-interval on the log ratios of the
-    pairs, see :func:`fusion_core.run.timing.measure`). ``verdict`` is ``"same"`` whenever
-    the interval holds 1.0.
+    ``speedup`` is the median of the per-round ratios original/fused; ``speedup_low`` and
+    ``speedup_high`` bound it with a 95% bootstrap interval; ``noise_low`` and
+    ``noise_high`` are the same interval for the original timed against itself in the
+    same rounds (the A/A noise floor; it always holds 1.0), see
+    :func:`fusion_core.run.timing.measure`. ``verdict``: "faster" only when
+    ``speedup_low > max(1, noise_high)``, "slower" only when ``speedup_high < min(1,
+    noise_low)``, else "same"; "undetermined" below :data:`MIN_VERDICT_ROUNDS` rounds
+    (``verdict_reason`` says so).
     """
 
     PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
         "original_ms", "fused_ms", "speedup", "speedup_low", "speedup_high", "verdict", "repeats", "noisy",
-        "original_peak_mb", "fused_peak_mb",
+        "original_peak_mb", "fused_peak_mb", "noise_low", "noise_high", "verdict_reason", "warmup_rounds",
+        "first_call_ms", "fused_first_call_ms",
     )  # fmt: skip
 
     original_ms: float = field(metadata=plain(dump=_round(4)))
@@ -143,6 +160,11 @@ class Timing:
     fused_peak_mb: float | None = None
     noisy: bool = False  # the interval stayed wide when the time budget ran out
     seconds: float = 0.0  # time spent measuring
+    noise_low: float = field(default=1.0, metadata=plain(dump=_round(3)))  # A/A interval, holds 1.0
+    noise_high: float = field(default=1.0, metadata=plain(dump=_round(3)))
+    warmup_rounds: int = 0  # warm-up calls per side before the first timed round
+    first_call_ms: float | None = field(default=None, metadata=plain(dump=_round_finite(4)))  # original's first
+    fused_first_call_ms: float | None = field(default=None, metadata=plain(dump=_round_finite(4)))
 
     def __post_init__(self) -> None:
         if self.speedup != self.speedup:  # NaN: built from two medians only
@@ -151,19 +173,57 @@ class Timing:
             self.speedup_low = self.speedup
         if self.speedup_high != self.speedup_high:
             self.speedup_high = self.speedup
+        self.noise_low, self.noise_high = min(1.0, self.noise_low), max(1.0, self.noise_high)
 
     @property
     def verdict(self) -> str:
-        """``"faster"``, ``"slower"`` or ``"same"`` (the 95% interval holds 1.0)."""
-        if self.speedup_low > 1.0:
-            return "faster"
-        if self.speedup_high < 1.0:
-            return "slower"
-        return "same"
+        """``"faster"``, ``"slower"``, ``"same"`` (the interval holds 1.0 or lies within the
+        noise floor) or ``"undetermined"`` (fewer than :data:`MIN_VERDICT_ROUNDS` rounds)."""
+        return speed_verdict(self.speedup_low, self.speedup_high, self.noise_low, self.noise_high, self.repeats)
+
+    @property
+    def verdict_reason(self) -> str:
+        """Why the verdict is "undetermined" ("" otherwise)."""
+        if self.repeats < MIN_VERDICT_ROUNDS:
+            return f"{self.repeats} paired round(s); a verdict needs at least {MIN_VERDICT_ROUNDS}"
+        return ""
+
+    @property
+    def noise(self) -> float:
+        """The floor's larger distance from 1.0 (0.02 is ±2%)."""
+        return max(1.0 - self.noise_low, self.noise_high - 1.0)
 
     def interval_text(self) -> str:
         """``1.52x [1.40, 1.66]``: the ratio with its interval, as the CLI and GUI print it."""
         return f"{self.speedup:.2f}x [{self.speedup_low:.2f}, {self.speedup_high:.2f}]"
+
+    def verdict_text(self) -> str:
+        """``1.90x [1.84, 1.95] faster (noise ±2%)``: ratio, interval, verdict and floor."""
+        return f"{self.interval_text()} {self.verdict} ({self.floor_text()})"
+
+    def floor_text(self) -> str:
+        """``noise ±2%``, or the reason of an undetermined verdict next to it."""
+        floor = noise_text(self.noise)
+        return f"{floor}; {self.verdict_reason}" if self.verdict_reason else floor
+
+
+MIN_VERDICT_ROUNDS = 5  # paired rounds a "faster" / "slower" / "same" needs
+
+
+def speed_verdict(low: float, high: float, noise_low: float, noise_high: float, rounds: int) -> str:
+    """The rule of every speed verdict (a module, end to end, a family, a benchmark row)."""
+    if rounds < MIN_VERDICT_ROUNDS:
+        return "undetermined"
+    if low > max(1.0, noise_high):
+        return "faster"
+    if high < min(1.0, noise_low):
+        return "slower"
+    return "same"
+
+
+def noise_text(noise: float) -> str:
+    """``noise ±2%`` (one decimal below 1%)."""
+    return f"noise ±{noise:.1%}" if noise < 0.01 else f"noise ±{noise:.0%}"
 
 
 @dataclass
@@ -172,7 +232,7 @@ class ModuleCheck:
 
     PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
         "path", "family", "original_class", "fused_class", "input_shapes", "comparison", "timing", "passed", "error",
-        "verified_by", "share_of_end_to_end",
+        "verified_by", "share_of_end_to_end", "share_low", "share_high",
     )  # fmt: skip
 
     path: str = field(metadata=plain("module"))
@@ -186,7 +246,9 @@ class ModuleCheck:
     verified_by: str = ""  # "end-to-end inputs" | "module sample inputs" | "" (not verified)
     share_of_end_to_end: float | None = field(
         default=None, metadata=plain(dump=_round(4))
-    )  # its share of the original model's end-to-end time
+    )  # its share of the original model's end-to-end time (median over the forwards after a warm-up)
+    share_low: float | None = field(default=None, metadata=plain(dump=_round(4)))  # its 95% interval
+    share_high: float | None = field(default=None, metadata=plain(dump=_round(4)))
 
     @property
     def passed(self) -> bool:
@@ -203,7 +265,7 @@ class EndToEndCheck:
 
     PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
         "entry", "output", "input_kind", "input_shapes", "comparison", "timing", "passed", "ran", "skipped",
-        "projected_speedup", "notes",
+        "projected_speedup", "notes", "projected_low", "projected_high",
     )  # fmt: skip
 
     #: "" is the model itself, "(model)" in its plain form
@@ -218,6 +280,8 @@ class EndToEndCheck:
     projected_speedup: float | None = field(
         default=None, metadata=plain(dump=_round(3))
     )  # from module speedups and shares (Amdahl)
+    projected_low: float | None = field(default=None, metadata=plain(dump=_round(3)))  # from the intervals
+    projected_high: float | None = field(default=None, metadata=plain(dump=_round(3)))
 
     @property
     def ran(self) -> bool:
@@ -244,6 +308,11 @@ class FamilyVerdict:
     share: float | None = None  # summed share of the original end-to-end time
     projected_end_to_end: float | None = None
     line: str = ""
+    noise_low: float | None = None  # medians of the modules' A/A floors
+    noise_high: float | None = None
+    verdict: str = ""  # the rule of Timing.verdict on the medians; "" when not timed
+    projected_low: float | None = None  # the projection's interval, from the shares' and speedups'
+    projected_high: float | None = None
 
 
 @dataclass

@@ -1,28 +1,58 @@
-"""Timings you can trust: paired, interleaved runs until the 95% interval is tight.
+"""Timings that hold up: warm-up kept out, paired rounds with an A/A noise floor, a verdict
+only from evidence. The one timing machinery of the engine and of ``benchmarks/``.
 
-Each round runs the original and the fused side once, alternating which goes first, so
-that drift (thermal, frequency, other processes) hits both alike. The speedup of a round
-is the ratio of its two times; the reported speedup is the median of those ratios, and
-its 95% interval comes from a seeded bootstrap of that median (robust to the outliers a
-shared machine produces). Rounds continue until the interval is within ``target`` of
-the median on both sides, or the time budget is spent, or ``max_rounds`` is reached; an
-interval still wider than ``NOISY`` then marks the timing noisy.
+- **Warm-up** (:func:`warm_up`): before any timed round, each side is called until its
+  time per call settles (the latest call is no longer faster than every earlier one by
+  more than :data:`SETTLE`), bounded in calls and seconds. Its count and the first call's
+  cost are reported (``warmup_rounds``, ``first_call_ms``): first-call costs (allocator,
+  lazy init, caches) are never read as speed.
+- **Rounds**: each round calls the original (A), the fused side (B) and the original
+  again (A'), in an order that runs through all six permutations, so that drift and
+  position hit every side alike. The speedup of a round is A/B; the noise of a round is
+  A/A', the original against itself with the same inputs, alternation and rounds. The
+  reported speedup is the median of the per-round ratios and its 95% interval a seeded
+  bootstrap of that median; the same for the A/A ratios gives the noise floor
+  (``noise_low``, ``noise_high``, widened to hold 1.0).
+- **Stop** once both intervals are within ``target`` of their median (from
+  :data:`MIN_VERDICT_ROUNDS` rounds on), or the time budget is spent, or ``max_rounds``.
+- **Verdict** (:attr:`~fusion_core.run.results.Timing.verdict`): "faster" only when
+  ``speedup_low > max(1, noise_high)``, "slower" only when ``speedup_high < min(1,
+  noise_low)``, else "same"; "undetermined" (with the reason) below
+  :data:`MIN_VERDICT_ROUNDS` paired rounds.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..boundary.options import TimingOptions
-from .results import Timing
+from .results import MIN_VERDICT_ROUNDS, Timing
+
+__all__ = [
+    "MIN_VERDICT_ROUNDS",
+    "NOISY",
+    "SETTLE",
+    "from_samples",
+    "load_average",
+    "measure",
+    "median_interval",
+    "ratio_interval",
+    "sync_for",
+    "warm_up",
+    "within_noise",
+]
 
 NOISY = 0.25  # relative half-width of the interval above which a timing is "too noisy to tell"
+SETTLE = 0.10  # warm-up ends once the latest call is within this fraction of the fastest earlier one
+WARMUP_CALLS = 12  # at most this many warm-up calls per side
 _BOOTSTRAP = 400
+_ORDERS = list(itertools.permutations(range(3)))  # A, B, A' in every order, round after round
 
 
 def sync_for(device: str) -> Callable[[], None]:
@@ -36,19 +66,85 @@ def sync_for(device: str) -> Callable[[], None]:
     return lambda: None
 
 
+def load_average() -> float | None:
+    """The 1-minute load average of the machine (``None`` where the OS has none)."""
+    import os
+
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def median_interval(values: Sequence[float], seed: int = 0) -> tuple[float, float, float]:
+    """(median, low, high): the median of ``values`` and a seeded 95% bootstrap interval of it.
+
+    With fewer than 3 values there is no interval: it spans the values themselves.
+    """
+    vals = [v for v in values if math.isfinite(v)]
+    if not vals:
+        return float("nan"), float("nan"), float("nan")
+    center = statistics.median(vals)
+    if len(vals) < 3:
+        return center, min(vals), max(vals)
+    rng = random.Random(seed)
+    n = len(vals)
+    meds = sorted(statistics.median(rng.choices(vals, k=n)) for _ in range(_BOOTSTRAP))
+    return center, meds[int(0.025 * _BOOTSTRAP)], meds[int(0.975 * _BOOTSTRAP) - 1]
+
+
 def ratio_interval(ratios: list[float], seed: int = 0) -> tuple[float, float, float]:
-    """(median, low, high): the median of ``ratios`` and a 95% bootstrap interval of it."""
+    """(median, low, high): the median of ``ratios`` and a 95% bootstrap interval of it (on logs).
+
+    With fewer than 3 ratios the interval is widened to hold 1.0 (no verdict from so few).
+    """
     logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
     if not logs:
         return float("nan"), float("nan"), float("nan")
-    center = statistics.median(logs)
-    if len(logs) < 3:  # no interval from so few pairs: widened to hold 1.0, so the verdict is "same"
-        return math.exp(center), math.exp(min([*logs, 0.0])), math.exp(max([*logs, 0.0]))
-    rng = random.Random(seed)
-    n = len(logs)
-    meds = sorted(statistics.median(rng.choices(logs, k=n)) for _ in range(_BOOTSTRAP))
-    low, high = meds[int(0.025 * _BOOTSTRAP)], meds[int(0.975 * _BOOTSTRAP) - 1]
+    if len(logs) < 3:
+        logs_c = statistics.median(logs)
+        return math.exp(logs_c), math.exp(min([*logs, 0.0])), math.exp(max([*logs, 0.0]))
+    center, low, high = median_interval(logs, seed)
     return math.exp(center), math.exp(low), math.exp(high)
+
+
+def _tight(center: float, low: float, high: float, target: float) -> bool:
+    return center > 0 and low >= center * (1 - target) and high <= center * (1 + target)
+
+
+def warm_up(
+    calls: Sequence[Callable[[], Any]],
+    sync: Callable[[], None] = lambda: None,
+    *,
+    max_calls: int = WARMUP_CALLS,
+    budget_s: float = 1.0,
+    settle: float = SETTLE,
+) -> tuple[int, list[float]]:
+    """Call each of ``calls`` in turn until the time per call settles for all of them.
+
+    A side has settled when its latest call is no faster than ``(1 - settle)`` times its
+    fastest earlier call (the first call never counts as settled). At least 2 and at most
+    ``max_calls`` rounds; no new round starts after ``budget_s`` seconds.
+
+    Returns:
+        (rounds, first-call time of each side in ms).
+    """
+    times: list[list[float]] = [[] for _ in calls]
+    t0 = time.perf_counter()
+    rounds = 0
+    while rounds < max(2, max_calls):
+        for fn, sink in zip(calls, times):
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            sink.append((time.perf_counter() - start) * 1000)
+        rounds += 1
+        if rounds < 2:
+            continue
+        if all(t[-1] >= (1 - settle) * min(t[:-1]) for t in times) or time.perf_counter() - t0 > budget_s:
+            break
+    return rounds, [t[0] for t in times]
 
 
 def _peak_mb(device: str, fn: Callable[[], Any]) -> float | None:
@@ -70,67 +166,103 @@ def measure(
     *,
     device: str = "cpu",
     seed: int = 0,
+    warm: bool = True,
 ) -> Timing:
-    """Time both sides in paired, alternating rounds and return the speedup with its interval.
+    """Time both sides after a warm-up, in rounds of A, B, A' (the original twice), and return
+    the speedup with its interval and the A/A noise floor.
 
     Args:
         run_original: one call of the original side.
         run_fused: one call of the fused side (same inputs).
         options: rounds always run (``min_rounds``), never exceeded (``max_rounds``), the
-            seconds of rounds once ``min_rounds`` ran (``budget_s``), and the relative
-            half-width of the interval to stop at (``target``); default :class:`TimingOptions`.
+            seconds of rounds once ``min_rounds`` ran (``budget_s``; the warm-up has half
+            of it again, at least 0.2 s), and the relative half-width of both intervals to
+            stop at (``target``); default :class:`TimingOptions`.
         device: for synchronisation and peak memory (CUDA).
         seed: seed of the bootstrap (same data, same interval).
+        warm: run the warm-up (``False`` only where the caller warmed both sides itself).
 
     Returns:
-        A :class:`Timing` (medians per side, speedup median and 95% interval, noisy flag).
+        A :class:`Timing`: medians per side, speedup median and 95% interval, the noise
+        floor, the warm-up, the verdict.
     """
     o = options or TimingOptions()
-    min_rounds, max_rounds, budget_s, target = o.min_rounds, o.max_rounds, o.budget_s, o.target
     sync = sync_for(device)
     peak_o = _peak_mb(device, run_original)
     peak_f = _peak_mb(device, run_fused)
-    run_original(), run_fused()  # warm-up (caches, allocator, lazy init)
-    sync()
-    times_o: list[float] = []
-    times_f: list[float] = []
+    warm_rounds, firsts = 0, [None, None]
+    if warm:
+        warm_rounds, measured = warm_up([run_original, run_fused], sync, budget_s=max(0.2, o.budget_s / 2))
+        firsts = [*measured]
+    calls = (run_original, run_fused, run_original)
+    times: tuple[list[float], list[float], list[float]] = ([], [], [])
     t0 = time.perf_counter()
-    low = high = center = float("nan")
     rounds = 0
-    while rounds < max(1, max_rounds):
-        order = ((run_original, times_o), (run_fused, times_f))
-        for fn, sink in order if rounds % 2 == 0 else reversed(order):
+    while rounds < max(1, o.max_rounds):
+        for side in _ORDERS[rounds % len(_ORDERS)]:
             sync()
             start = time.perf_counter()
-            fn()
+            calls[side]()
             sync()
-            sink.append((time.perf_counter() - start) * 1000)
+            times[side].append((time.perf_counter() - start) * 1000)
         rounds += 1
-        if rounds < max(1, min_rounds):
+        if rounds < max(1, o.min_rounds):
             continue
-        if rounds % 5 == 0 or time.perf_counter() - t0 > budget_s:
-            ratios = [o / f if f > 0 else float("inf") for o, f in zip(times_o, times_f)]
-            center, low, high = ratio_interval(ratios, seed)
-            tight = center > 0 and low >= center * (1 - target) and high <= center * (1 + target)
-            if tight or time.perf_counter() - t0 > budget_s:
+        if time.perf_counter() - t0 > o.budget_s:
+            break
+        if rounds >= MIN_VERDICT_ROUNDS and rounds % 5 == 0:
+            ab = ratio_interval(_ratios(times[0], times[1]), seed)
+            aa = ratio_interval(_ratios(times[0], times[2]), seed)
+            if _tight(*ab, o.target) and _tight(*aa, o.target):
                 break
-    if not math.isfinite(center):
-        ratios = [o / f if f > 0 else float("inf") for o, f in zip(times_o, times_f)]
-        center, low, high = ratio_interval(ratios, seed)
+    seconds = time.perf_counter() - t0
+    t = from_samples(times[0], times[1], times[2], seed=seed)
+    t.original_peak_mb, t.fused_peak_mb, t.seconds = peak_o, peak_f, seconds
+    t.warmup_rounds, t.first_call_ms, t.fused_first_call_ms = warm_rounds, firsts[0], firsts[1]
+    return t
+
+
+def from_samples(
+    original: Sequence[float], fused: Sequence[float], original_again: Sequence[float] | None = None, *, seed: int = 0
+) -> Timing:
+    """A :class:`Timing` from paired samples taken elsewhere (whole processes, say): round ``i``
+    gave ``original[i]``, ``fused[i]`` and, for the A/A floor, ``original_again[i]``.
+
+    Without ``original_again`` the floor is unknown and stays at exactly 1.0.
+    """
+    center, low, high = ratio_interval(_ratios(list(original), list(fused)), seed)
+    n_low = n_high = 1.0
+    if original_again is not None:
+        _, n_low, n_high = ratio_interval(_ratios(list(original), list(original_again)), seed)
+    rounds = min(len(original), len(fused))
     noisy = (
         not (math.isfinite(low) and math.isfinite(high) and center > 0)
         or (high - low) / 2 > NOISY * center
         or rounds < 3
     )
+    both = list(original) + list(original_again or [])
     return Timing(
-        original_ms=statistics.median(times_o),
-        fused_ms=statistics.median(times_f),
+        original_ms=statistics.median(both) if both else float("nan"),
+        fused_ms=statistics.median(fused) if fused else float("nan"),
         repeats=rounds,
         speedup=center,
         speedup_low=low,
         speedup_high=high,
-        original_peak_mb=peak_o,
-        fused_peak_mb=peak_f,
         noisy=noisy,
-        seconds=time.perf_counter() - t0,
+        noise_low=min(1.0, n_low) if math.isfinite(n_low) else 1.0,
+        noise_high=max(1.0, n_high) if math.isfinite(n_high) else 1.0,
     )
+
+
+def within_noise(values: Sequence[float], seed: int = 0, widest: float = 0.5) -> bool:
+    """Whether a quantity measured as ``values`` (e.g. per-round differences of two process
+    times) cannot serve as a denominator: its 95% interval holds 0, or is wider than
+    ``widest`` of its median on a side. A ratio over it is "too noisy", never printed."""
+    center, low, high = median_interval(values, seed)
+    if not (math.isfinite(low) and math.isfinite(high)) or low <= 0 <= high or center <= 0:
+        return True
+    return max(center - low, high - center) > widest * center
+
+
+def _ratios(num: list[float], den: list[float]) -> list[float]:
+    return [a / b if b > 0 else float("inf") for a, b in zip(num, den)]

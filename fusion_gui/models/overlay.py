@@ -44,6 +44,8 @@ class ModuleScore:
     share: float | None
     verified_by: str
     error: str
+    floor: str = ""  # "noise ±2%": the timing's A/A noise floor (and why a verdict is undetermined)
+    share_interval: str = ""  # "[8.7%, 11.2%]": the share's 95% interval
 
     @classmethod
     def of(cls, check: Any) -> ModuleScore:
@@ -63,7 +65,13 @@ class ModuleScore:
             share=getattr(check, "share_of_end_to_end", None),
             verified_by=getattr(check, "verified_by", ""),
             error=getattr(check, "error", ""),
+            floor=timing.floor_text() if hasattr(timing, "floor_text") else "",
+            share_interval=_interval(getattr(check, "share_low", None), getattr(check, "share_high", None)),
         )
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return f" [{low:.1%}, {high:.1%}]" if low is not None and high is not None else ""
 
 
 class Overlay:
@@ -226,11 +234,12 @@ def _score_line(s: ModuleScore) -> str:
     if s.error:
         return f"<b>{e(s.path)}</b>: error: {e(s.error)}"
     speed = (
-        f"{s.speedup:.2f}× [{s.low:.2f}, {s.high:.2f}] ({e(s.verdict or 'untimed')})"
+        f"{s.speedup:.2f}× [{s.low:.2f}, {s.high:.2f}] ({e(s.verdict or 'untimed')}"
+        + (f", {e(s.floor)})" if s.floor else ")")
         if math.isfinite(s.speedup)
         else "not timed"
     )
-    share = f", {s.share:.1%} of end-to-end time" if s.share is not None else ""
+    share = f", {s.share:.1%}{s.share_interval} of end-to-end time" if s.share is not None else ""
     verdict = "pass" if s.passed else "FAIL"
     by = f", verified by {e(s.verified_by)}" if s.verified_by else ""
     return (

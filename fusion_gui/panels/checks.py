@@ -64,11 +64,17 @@ COLUMNS = (
     Column("fused_ms", "Fused ms", _num("{:.3f}"), numeric=True, tooltip="median over the paired rounds"),
     Column(
         "speedup_text",
-        "Speedup [95%]",
-        tooltip="median of original/fused per round, with its 95% interval",
+        "Speedup [95%] (noise)",
+        tooltip="median of original/fused per round, with its 95% interval, the verdict and the A/A noise floor "
+        "(the original timed against itself in the same rounds): faster or slower only outside it, from 5 rounds on",
         numeric=True,
     ),
-    Column("share", "Share", _num("{:.1%}"), numeric=True, tooltip="share of the original end-to-end time"),
+    Column(
+        "share_text",
+        "Share [95%]",
+        numeric=True,
+        tooltip="share of the original end-to-end time (median over the forwards after a warm-up, 95% interval)",
+    ),
     Column("note", "Note"),
 )
 
@@ -89,7 +95,9 @@ def _row(name: str, classes: str, verified_by: str, comp: Any, timing: Any, pass
         "low": timing.speedup_low if timing is not None else None,
         "high": timing.speedup_high if timing is not None else None,
         "verdict": timing.verdict if timing is not None else "",
-        "speedup_text": timing.interval_text() if timing is not None else "",
+        "noise_low": timing.noise_low if timing is not None else None,
+        "noise_high": timing.noise_high if timing is not None else None,
+        "speedup_text": timing.verdict_text() if timing is not None else "",
         "note": note,
     }
 
@@ -102,6 +110,7 @@ def check_rows(result: CheckResult) -> tuple[list[dict[str, Any]], dict[str, Any
         row = _row(m.path, f"{m.original_class} → {m.fused_class}", m.verified_by or "not verified", m.comparison,
                    m.timing, m.passed, note)  # fmt: skip
         row["share"] = m.share_of_end_to_end
+        row["share_text"] = _share_text(m.share_of_end_to_end, m.share_low, m.share_high)
         rows.append(row)
     e = result.end_to_end
     end = None
@@ -109,7 +118,16 @@ def check_rows(result: CheckResult) -> tuple[list[dict[str, Any]], dict[str, Any
         end = _row("end to end", f"{_entry(e.entry)} · {e.output}", f"{e.input_kind} inputs", e.comparison, e.timing,
                    e.passed, "")  # fmt: skip
         end["share"] = 1.0
+        end["share_text"] = "100%"
     return rows, end
+
+
+def _share_text(share: float | None, low: float | None, high: float | None) -> str:
+    if share is None:
+        return ""
+    if low is None or high is None:
+        return f"{share:.1%}"
+    return f"{share:.1%} [{low:.1%}, {high:.1%}]"
 
 
 def _style_row(row: dict[str, Any], column: int, role: int) -> Any:
@@ -409,11 +427,16 @@ class ChecksPanel(QWidget):
             text, role = f"<b>Speed end to end: {html.escape(e.skipped)}</b>", "info"
         else:
             verdict = e.timing.verdict
-            words = {"faster": "faster", "slower": "SLOWER", "same": "no measurable difference"}[verdict]
-            role = {"faster": "ok", "slower": "warn", "same": "info"}[verdict]
-            text = f"<b>Speed end to end: {words}</b> — {e.timing.interval_text()} (95% interval)"
+            words = {"faster": "faster", "slower": "SLOWER", "same": "no measurable difference"}.get(verdict, verdict)
+            role = {"faster": "ok", "slower": "warn"}.get(verdict, "info")
+            text = (
+                f"<b>Speed end to end: {words}</b> — {e.timing.interval_text()} (95% interval; "
+                f"{html.escape(e.timing.floor_text())})"
+            )
             if e.projected_speedup is not None:
                 text += f"; projected from the fused modules' shares: {e.projected_speedup:.2f}×"
+                if e.projected_low is not None and e.projected_high is not None:
+                    text += f" [{e.projected_low:.2f}, {e.projected_high:.2f}]"
         for warning in result.warnings:
             text += f"<br>⚠ {html.escape(warning)}"
             role = "warn" if role != "error" else role

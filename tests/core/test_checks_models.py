@@ -145,11 +145,15 @@ def test_workload_in_json_and_cli(qwen2_vl_dir: Path, capsys) -> None:
     )  # fmt: skip
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["passed"]
-    assert data["workload"] == {"batch": 2, "seq_len": 12, "image_size": 56, "frames": None, "seed": 0, "threads": 1}
+    workload = {k: v for k, v in data["workload"].items() if k not in ("torch_version", "load_before", "load_after")}
+    assert workload == {"batch": 2, "seq_len": 12, "image_size": 56, "frames": None, "seed": 0, "threads": 1,
+                        "device": "cpu", "dtype": "float32"}  # fmt: skip
+    assert data["workload"]["torch_version"] == torch.__version__
     (module,) = data["modules"]
     assert module["input_shapes"] == [[2 * 4 * 4, 1176]] and module["verified_by"] == "end-to-end inputs"
     t = module["timing"]
-    assert t["speedup_low"] <= t["speedup"] <= t["speedup_high"] and t["verdict"] in ("faster", "slower", "same")
+    assert t["speedup_low"] <= t["speedup"] <= t["speedup_high"]
+    assert t["verdict"] in ("faster", "slower", "same", "undetermined")  # 2 rounds, 0.05 s: maybe fewer than 5
     assert module["comparison"]["limit"] == pytest.approx(1e-5 + 1e-5 * module["comparison"]["max_original"])
     assert data["end_to_end"]["input_shapes"]["image_grid_thw"] == [2, 3]
     assert [v["name"] for v in data["family_verdicts"]] == ["patch_embeddings"]

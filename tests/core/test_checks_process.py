@@ -129,8 +129,14 @@ def test_timing_interval_and_verdict() -> None:
         for _ in range(8):
             a @ a
 
-    # 8x the work: even on a busy shared machine the interval stays above 1 (a tight bound would flake)
-    t = measure(slow, lambda: a @ a, TimingOptions(min_rounds=7, budget_s=1.0, target=0.05))
+    # 8x the work: even on a busy shared machine the interval stays above 1 and the A/A floor (a
+    # tight bound would flake); one thread, as `--threads 1`: a preempted thread of two stalls a GEMM
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        t = measure(slow, lambda: a @ a, TimingOptions(min_rounds=7, budget_s=1.0, target=0.05))
+    finally:
+        torch.set_num_threads(saved)
     assert t.speedup_low <= t.speedup <= t.speedup_high and t.repeats >= 7
     assert t.speedup > 2 and t.speedup_low > 1.0 and t.verdict == "faster"
     assert Timing(1.0, 1.0, 5, 1.1, 0.95, 1.3).verdict == "same"

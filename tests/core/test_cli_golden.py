@@ -28,6 +28,7 @@ VOLATILE = {
     "peak_rss_mb",
     "timing",
     "share_of_end_to_end",
+    "verdict",
     "projected_speedup",
     "speedup",
     "low",

@@ -44,9 +44,13 @@ def test_workload_controls_and_verdicts(qtbot, window, open_model, only_fusions,
     rows = panel.model.rows
     assert [r["module"] for r in rows] == [m.path for m in result.modules] + ["end to end"]
     assert all(r["verified_by"] == "end-to-end inputs" for r in rows[:-1])
-    assert rows[0]["speedup_text"] == patch.timing.interval_text()  # the ratio with its interval
-    # one whisker per row (modules and end to end), spanning the interval
-    assert len(panel.chart.whiskers) == len(rows)
+    # the ratio with its interval, its verdict and its A/A noise floor
+    assert rows[0]["speedup_text"] == patch.timing.verdict_text() and "(noise ±" in rows[0]["speedup_text"]
+    # one whisker per row (modules and end to end), spanning the interval; one floor box per row, holding 1.0
+    assert len(panel.chart.whiskers) == len(rows) == len(panel.chart.floors)
+    floor_ys = [p.y() for p in panel.chart.floors[0].points()]
+    assert min(floor_ys) == rows[0]["noise_low"] <= 1.0 <= max(floor_ys) == rows[0]["noise_high"]
+    assert rows[0]["share_text"].startswith(f"{patch.share_of_end_to_end:.1%} [")
     # at 1460x900 every row of the table shows, and the chart keeps its room
     assert panel.table.viewport().height() >= len(rows) * panel.table.rowHeight(0)
     assert panel.chart.height() >= 200
