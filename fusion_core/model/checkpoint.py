@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, one_line
+from ..errors import CheckpointError, one_line, quoted
 from ..text import printable
 from .safety import DuplicateKeyError, open_regular, read_regular_file, strict_json_loads
 
@@ -34,6 +34,15 @@ INDEX_FILE = "model.safetensors.index.json"
 # is the one safetensors applies (so a header we accept, safe_open accepts too).
 MAX_HEADER_BYTES = 100_000_000
 MAX_INDEX_BYTES = 100 * 1024 * 1024
+# Tensors in one header, and entries in one index. The largest public checkpoints have tens
+# of thousands (DeepSeek-V3: about 92,000 in its index); a header of 1.48 million one-byte
+# tensors fits in 100 MB and would take minutes and gigabytes to parse and plan. Both counts
+# are bounded from the raw bytes before the JSON is parsed (a tensor entry needs at least
+# five strings, ten quote characters; an index entry two strings, four), then exactly.
+MAX_TENSORS = 250_000
+MAX_INDEX_ENTRIES = 250_000
+_QUOTES_PER_TENSOR = 10
+_QUOTES_PER_ENTRY = 4
 # safetensors stores sizes and offsets as u64 (usize); anything larger is not a valid header.
 _U64 = 2**64
 
@@ -181,15 +190,23 @@ def read_header(path: str | os.PathLike[str], relative_name: str | None = None) 
             raise _fail(path, f"cannot be read ({e.strerror or e})") from None
     if len(raw) != n:
         raise _fail(path, "changed while it was read (truncated)")
+    if raw.count(b'"') // _QUOTES_PER_TENSOR > MAX_TENSORS:
+        raise _fail(
+            path,
+            f"header has room for more than {MAX_TENSORS:,} tensors ({n:,} bytes of JSON), more than any real "
+            "checkpoint; refused before parsing it",
+        )
     try:
         header = strict_json_loads(raw)
     except DuplicateKeyError as e:
-        raise _fail(path, f"header names tensor {e.key!r} twice: corrupt or hostile file") from None
+        raise _fail(path, f"header names tensor {quoted(e.key)} twice: corrupt or hostile file") from None
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         reason = "nested too deeply" if isinstance(e, RecursionError) else one_line(e, first=True, limit=200)
         raise _fail(path, f"header is not valid JSON ({reason}): corrupt file") from None
     if not isinstance(header, dict):
         raise _fail(path, f"header is a JSON {type(header).__name__}, not an object: corrupt file")
+    if len(header) > MAX_TENSORS + 1:  # + __metadata__
+        raise _fail(path, f"header names {len(header):,} tensors, more than the {MAX_TENSORS:,} accepted; refused")
     data_start = 8 + n
     metadata = header.pop("__metadata__", None)
     metadata = {} if metadata is None else metadata  # null is allowed, other empty values are not
@@ -210,31 +227,32 @@ def _tensor_info(path: Path, name: str, key: str, entry: Any, data_start: int) -
     except UnicodeEncodeError:  # a lone surrogate ("\ud800"): valid JSON, not valid text
         raise _fail(path, f"tensor name '{printable(key)}' is not valid Unicode (a lone surrogate); refused") from None
     if not isinstance(entry, dict):
-        raise _fail(path, f"tensor {key!r}: entry is not an object")
+        raise _fail(path, f"tensor {quoted(key)}: entry is not an object")
     dtype = entry.get("dtype")
     shape = entry.get("shape")
     offsets = entry.get("data_offsets")
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-        raise _fail(path, f"tensor {key!r}: unknown dtype {dtype!r} (known: {', '.join(DTYPE_BITS)})")
+        raise _fail(path, f"tensor {quoted(key)}: unknown dtype {quoted(dtype)} (known: {', '.join(DTYPE_BITS)})")
     if not isinstance(shape, list) or not all(_is_u64(d) for d in shape):
-        raise _fail(path, f"tensor {key!r}: shape {_short(shape)} is not a list of non-negative integers")
+        raise _fail(path, f"tensor {quoted(key)}: shape {_short(shape)} is not a list of non-negative integers")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_u64(o) for o in offsets):
-        raise _fail(path, f"tensor {key!r}: data_offsets {_short(offsets)} must be two non-negative integers")
+        raise _fail(path, f"tensor {quoted(key)}: data_offsets {_short(offsets)} must be two non-negative integers")
     begin, end = offsets
     if end < begin:
-        raise _fail(path, f"tensor {key!r}: data_offsets {offsets} are not an increasing range")
+        raise _fail(path, f"tensor {quoted(key)}: data_offsets {offsets} are not an increasing range")
     # the element count as safetensors computes it: a running product that must fit in u64
     count = 1
     for d in shape:
         count *= d
         if count >= _U64:
-            raise _fail(path, f"tensor {key!r}: shape {_short(shape)} has more elements than a file can hold")
+            raise _fail(path, f"tensor {quoted(key)}: shape {_short(shape)} has more elements than a file can hold")
     bits = count * DTYPE_BITS[dtype]
     if bits % 8:
-        raise _fail(path, f"tensor {key!r}: shape {shape} of {dtype} is not a whole number of bytes")
+        raise _fail(path, f"tensor {quoted(key)}: shape {_short(shape)} of {dtype} is not a whole number of bytes")
     if bits // 8 != end - begin:
         raise _fail(
-            path, f"tensor {key!r}: shape {_short(shape)} of {dtype} needs {bits // 8} bytes, range holds {end - begin}"
+            path,
+            f"tensor {quoted(key)}: shape {_short(shape)} of {dtype} needs {bits // 8} bytes, range holds {end - begin}",
         )
     return TensorInfo(key, tuple(shape), dtype, name, data_start + begin, data_start + end)
 
@@ -244,15 +262,15 @@ def _check_tiling(path: Path, tensors: dict[str, TensorInfo], data_start: int, s
     pos, previous = data_start, None
     for t in sorted(tensors.values(), key=lambda t: (t.start, t.end)):
         if t.start < pos:
-            raise _fail(path, f"tensors {previous!r} and {t.key!r} overlap in the data section")
+            raise _fail(path, f"tensors {quoted(previous)} and {quoted(t.key)} overlap in the data section")
         if t.start > pos:
-            where = f"after {previous!r}" if previous is not None else "at its start"
-            raise _fail(path, f"the data section has a gap {where} (before {t.key!r}): corrupt file")
+            where = f"after {quoted(previous)}" if previous is not None else "at its start"
+            raise _fail(path, f"the data section has a gap {where} (before {quoted(t.key)}): corrupt file")
         pos, previous = t.end, t.key
     if pos > size:  # cannot happen after the checks above unless offsets overflow the file
-        raise _fail(path, f"tensor {previous!r}: data ends at byte {pos}, past the end of the file (truncated?)")
+        raise _fail(path, f"tensor {quoted(previous)}: data ends at byte {pos}, past the end of the file (truncated?)")
     if pos < size:
-        last = f"tensor {previous!r}" if previous is not None else "the header"
+        last = f"tensor {quoted(previous)}" if previous is not None else "the header"
         raise _fail(
             path,
             f"the file is {size} bytes but {last} ends at byte {pos}: truncated header or extra data; refused",
@@ -260,8 +278,7 @@ def _check_tiling(path: Path, tensors: dict[str, TensorInfo], data_start: int, s
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return quoted(value, limit)
 
 
 def allowed_roots(folder: Path) -> list[Path]:
@@ -298,22 +315,22 @@ def safe_member(folder: Path, name: str, what: str) -> Path:
             folder (the Hugging Face cache's links into its blobs folder are allowed).
     """
     if not isinstance(name, str) or not name.strip():
-        raise CheckpointError(f"{what}: shard name {name!r} is not a file name; refused")
+        raise CheckpointError(f"{what}: shard name {quoted(name)} is not a file name; refused")
     if any(ord(c) < 32 or ord(c) == 127 for c in name) or "\\" in name or ":" in name:
-        raise CheckpointError(f"{what}: shard name {name!r} is not a plain file name; refused")
+        raise CheckpointError(f"{what}: shard name {quoted(name)} is not a plain file name; refused")
     pure = Path(name)
     if pure.is_absolute() or name.startswith("/") or ".." in pure.parts:
-        raise CheckpointError(f"{what}: shard name {name!r} leaves the model folder; refused")
+        raise CheckpointError(f"{what}: shard name {quoted(name)} leaves the model folder; refused")
     candidate = Path(folder) / pure
     try:
         roots = allowed_roots(Path(folder))
         resolved = candidate.resolve()
     except (OSError, RuntimeError, ValueError) as e:  # link loops, undecodable names
-        raise CheckpointError(f"{what}: shard {name!r} cannot be resolved ({e}); refused") from None
+        raise CheckpointError(f"{what}: shard {quoted(name)} cannot be resolved ({e}); refused") from None
     if resolved == roots[0]:
-        raise CheckpointError(f"{what}: shard name {name!r} names the model folder itself; refused")
+        raise CheckpointError(f"{what}: shard name {quoted(name)} names the model folder itself; refused")
     if not any(resolved == r or r in resolved.parents for r in roots):
-        raise CheckpointError(f"{what}: shard {name!r} is a link resolving outside the model folder; refused")
+        raise CheckpointError(f"{what}: shard {quoted(name)} is a link resolving outside the model folder; refused")
     return candidate
 
 
@@ -351,16 +368,18 @@ def read_index(folder: Path) -> CheckpointIndex | None:
         index = CheckpointIndex(folder=folder, files=files, index_file=INDEX_FILE)
         headers = {}
         for fname in files:
-            shard = safe_member(folder, fname, f"{index_path}: weight_map entry {first_key[fname]!r}")
+            shard = safe_member(folder, fname, f"{index_path}: weight_map entry {quoted(first_key[fname])}")
             if not os.path.lexists(shard):
                 raise CheckpointError(
-                    f"{index_path}: entry {first_key[fname]!r} names shard {fname!r}, which is missing from {folder}"
+                    f"{index_path}: entry {quoted(first_key[fname])} names shard {quoted(fname)}, which is missing from {folder}"
                 )
             headers[fname] = read_header(shard, fname)
         for key, fname in weight_map.items():
             info = headers[fname].tensors.get(key)
             if info is None:
-                raise CheckpointError(f"{index_path}: key {key!r} is mapped to {fname!r}, which does not contain it")
+                raise CheckpointError(
+                    f"{index_path}: key {quoted(key)} is mapped to {quoted(fname)}, which does not contain it"
+                )
             index.tensors[key] = info
         return index
     if os.path.lexists(single):
@@ -371,6 +390,11 @@ def read_index(folder: Path) -> CheckpointIndex | None:
 
 def _read_weight_map(index_path: Path) -> dict[str, str]:
     raw = read_regular_file(index_path, MAX_INDEX_BYTES)
+    if raw.count(b'"') // _QUOTES_PER_ENTRY > MAX_INDEX_ENTRIES:
+        raise CheckpointError(
+            f"{index_path}: has room for more than {MAX_INDEX_ENTRIES:,} weight_map entries ({len(raw):,} bytes), "
+            "more than any real checkpoint; refused before parsing it"
+        )
     try:
         data = strict_json_loads(raw)
     except (ValueError, RecursionError) as e:
@@ -381,6 +405,11 @@ def _read_weight_map(index_path: Path) -> dict[str, str]:
         raise CheckpointError(f"{index_path}: 'weight_map' must map tensor names to shard file names")
     if not weight_map:
         raise CheckpointError(f"{index_path}: 'weight_map' names no tensors")
+    if len(weight_map) > MAX_INDEX_ENTRIES:
+        raise CheckpointError(
+            f"{index_path}: 'weight_map' names {len(weight_map):,} tensors, more than the {MAX_INDEX_ENTRIES:,} "
+            "accepted; refused"
+        )
     return dict(weight_map)
 
 
