@@ -104,6 +104,7 @@ class MainWindow(QMainWindow):
         s = self.state
         s.model_changed.connect(self._on_model_changed)
         s.preview_ready.connect(self._on_preview_ready)
+        s.preview_cleared.connect(self._on_preview_cleared)
         s.error_raised.connect(self._on_error_raised)
         s.trust_requested.connect(self._on_trust_requested)
         s.job_started.connect(self._on_job_started)
@@ -296,6 +297,15 @@ class MainWindow(QMainWindow):
         self.params_label.setText(f"{human_count(insp.tree.total_params)} parameters · {len(insp.tree)} modules")
         self.tree.fit_columns()
         self._update_actions()
+
+    def _on_preview_cleared(self) -> None:
+        """The cached picture was withdrawn (the model failed to open): nothing of it stays on show."""
+        self.tree.model.set_tree(None)
+        self.tree.view.hide()
+        self.tree.placeholder.show()
+        self.setWindowTitle("Fusion Inspector")
+        self.model_label.setText("No model")
+        self.params_label.setText("")
 
     def _on_preview_ready(self, cached) -> None:
         """A model seen before, from the cache: its tree now, the rest when the engine has opened it."""

@@ -258,7 +258,7 @@ class Host:
         data = inspection_data(p.spec, insp)
         yield Progress(3, 4, "done")
         if p.cache and not p.restore and not self._family_files:
-            model_cache.save(p.spec, data)  # the next start paints it at once
+            model_cache.save(p.spec, data, p.trust_remote_code)  # the next start paints it at once
         self._sessions[p.session] = insp
         log.info(
             "opened %s: %s, %d modules, engine import %.2f s, open + discovery %.2f s",
