@@ -7,7 +7,6 @@ read back after the engine process opened (or refused) them.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 from fusion_core.model import cache
 from fusion_core.plan.view import cached_view
