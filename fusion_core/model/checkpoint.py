@@ -16,8 +16,11 @@ except the Hugging Face cache's own links into its ``blobs`` folder).
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import os
 import struct
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +29,7 @@ from typing import Any
 
 from ..errors import CheckpointError, one_line, quoted
 from ..text import printable
-from .safety import DuplicateKeyError, open_regular, read_regular_file, strict_json_loads
+from .safety import DuplicateKeyError, open_regular, read_regular_file, strict_json_loads  # noqa: F401 - re-exported
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -109,6 +112,36 @@ class TensorInfo:
         return ST_TO_TORCH.get(self.dtype, self.dtype)
 
 
+@dataclass(frozen=True)
+class FileIdentity:
+    """What a file was when it was validated: re-checked right before every later read.
+
+    ``head`` bytes from the start (a safetensors header: its 8-byte length and JSON; a JSON
+    file: all of it) hash to ``digest``.
+    """
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    head: int
+    digest: str
+
+    @classmethod
+    def of(cls, st: os.stat_result, head: bytes) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, len(head), hashlib.sha256(head).hexdigest())
+
+    def change(self, st: os.stat_result) -> str:
+        """How the file ``st`` describes differs from this one ('' when it looks the same)."""
+        if (st.st_dev, st.st_ino) != (self.device, self.inode):
+            return "replaced by another file"
+        if st.st_size != self.size:
+            return f"{self.size:,} bytes then, {st.st_size:,} now"
+        if st.st_mtime_ns != self.mtime_ns:
+            return "modified"
+        return ""
+
+
 @dataclass
 class ShardHeader:
     """The parsed header of one safetensors file."""
@@ -118,6 +151,7 @@ class ShardHeader:
     metadata: dict[str, str]
     data_start: int
     size: int
+    identity: FileIdentity | None = None
 
 
 @dataclass
@@ -128,6 +162,10 @@ class CheckpointIndex:
     files: list[str]
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
     index_file: str | None = None
+    #: each file validated at the open (the shards, the index, side files a load reads), by name
+    identities: dict[str, FileIdentity] = field(default_factory=dict)
+    #: the weight files the folder held at the open (:data:`WEIGHT_PATTERNS`)
+    weight_names: frozenset[str] = frozenset()
 
     @property
     def sharded(self) -> bool:
@@ -144,6 +182,106 @@ class CheckpointIndex:
     def keys(self) -> list[str]:
         return list(self.tensors)
 
+    def verify(self) -> None:
+        """Check that every file validated at the open is still the same file, and that no
+        other weight file appeared.
+
+        Raises:
+            CheckpointError: a file changed, vanished or appeared since the open; the
+                message names it and asks to reopen the model.
+        """
+        for name in self.identities:
+            os.close(self.open_verified(name))
+        appeared = sorted(_weight_names(self.folder) - self.weight_names)
+        if appeared:
+            raise CheckpointError(
+                f"{self.folder / appeared[0]}: appeared since the model was opened (weights nobody validated); "
+                "reopen the model"
+            )
+
+    def open_verified(self, name: str) -> int:
+        """A read-only descriptor of the validated file ``name``, checked on the open handle
+        (device, inode, size, mtime, and the digest of its header) against the open's.
+
+        Raises:
+            CheckpointError: the file changed, vanished, or is now a link leaving the folder.
+        """
+        identity = self.identities[name]
+        path = self.folder / name
+        stale = "since the model was opened"
+        try:
+            safe_member(self.folder, name, str(self.folder))  # now a link out of the folder?
+        except CheckpointError as e:
+            raise CheckpointError(f"{path}: changed {stale} ({e}); reopen the model") from None
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            raise CheckpointError(f"{path}: vanished {stale}; reopen the model") from None
+        except OSError as e:
+            raise CheckpointError(f"{path}: cannot be read ({e.strerror or e}); reopen the model") from None
+        try:
+            change = identity.change(os.fstat(fd))
+            if not change and hashlib.sha256(os.pread(fd, identity.head, 0)).hexdigest() != identity.digest:
+                change = "its header was rewritten"
+            if change:
+                raise CheckpointError(
+                    f"{path}: changed {stale} ({change}); its bytes are not the ones validated, so nothing "
+                    "was read from it: reopen the model"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextmanager
+    def open(self, name: str) -> Iterator[Any]:
+        """The validated shard ``name`` opened with ``safetensors.safe_open`` (framework ``pt``),
+        re-verified right before (:meth:`open_verified`); on Linux safetensors reads the very
+        file that was verified (through its descriptor), not whatever the name holds later."""
+        from safetensors import SafetensorError, safe_open
+
+        fd = self.open_verified(name)
+        try:
+            try:
+                handle = safe_open(_fd_path(fd) or str(self.folder / name), framework="pt", device="cpu")
+                reader = handle.__enter__()
+            except (OSError, ValueError, RuntimeError, SafetensorError) as e:
+                raise CheckpointError(f"{self.folder / name}: cannot read tensors ({e})") from e
+            try:
+                yield reader
+            finally:
+                handle.__exit__(None, None, None)
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def pinned(self) -> Iterator[Path]:
+        """A private folder holding exactly the validated files, for a loader that wants a folder.
+
+        Every file is re-verified and held open; on Linux the folder's entries are links to
+        those open descriptors, so the loader (``from_pretrained``) reads the very files
+        that were verified, finds no other file to choose (an added pickle, an adapter), and
+        a later swap in the model folder cannot reach it. Elsewhere: the model folder, after
+        :meth:`verify`.
+        """
+        self.verify()
+        if _fd_path(0) is None:
+            yield self.folder
+            return
+        fds: list[int] = []
+        try:
+            with tempfile.TemporaryDirectory(prefix="fusion-validated-") as tmp:
+                for name in self.identities:
+                    fds.append(self.open_verified(name))
+                    link = Path(tmp) / name
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    os.symlink(_fd_path(fds[-1]), link)
+                yield Path(tmp)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
     @property
     def reason(self) -> str:
         """Which file holds the weights, and why it is the one transformers loads too."""
@@ -153,6 +291,43 @@ class CheckpointIndex:
                 "no model.safetensors beside it, so transformers loads the same shards"
             )
         return f"{self.files[0]}, the folder's single safetensors checkpoint (the file transformers loads)"
+
+
+# files transformers could load weights from: recorded at the open, so one that appears later is refused
+WEIGHT_PATTERNS = (
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "*.bin",
+    "*.bin.index.json",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+    "*.h5",
+    "*.msgpack",
+    "*.gguf",
+)
+
+
+def _weight_names(folder: Path) -> frozenset[str]:
+    try:
+        with os.scandir(folder) as it:
+            names = [e.name for e in it]
+    except OSError:
+        return frozenset()
+    return frozenset(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in WEIGHT_PATTERNS))
+
+
+def _fd_path(fd: int) -> str | None:
+    """A path that opens the file of descriptor ``fd`` itself (Linux), or None where there is none."""
+    return f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else None
+
+
+def identify(path: Path, limit: int, error: type[Exception] = CheckpointError) -> FileIdentity:
+    """The identity of a small file read whole (a JSON side file), as :class:`FileIdentity`."""
+    with open_regular(path, error) as (f, size):
+        if size > limit:
+            raise error(f"{path}: {size:,} bytes, larger than the {limit:,} byte limit for this file; refused")
+        return FileIdentity.of(os.fstat(f.fileno()), f.read(limit + 1))
 
 
 def _fail(path: Path, what: str) -> CheckpointError:
@@ -186,6 +361,7 @@ def read_header(path: str | os.PathLike[str], relative_name: str | None = None) 
             if n > MAX_HEADER_BYTES:
                 raise _fail(path, f"header length {n} exceeds the {MAX_HEADER_BYTES} byte limit; refused")
             raw = f.read(n)
+            st = os.fstat(f.fileno())
         except OSError as e:
             raise _fail(path, f"cannot be read ({e.strerror or e})") from None
     if len(raw) != n:
@@ -214,7 +390,10 @@ def read_header(path: str | os.PathLike[str], relative_name: str | None = None) 
         raise _fail(path, "__metadata__ must map strings to strings")
     tensors = {key: _tensor_info(path, name, key, entry, data_start) for key, entry in header.items()}
     _check_tiling(path, tensors, data_start, size)
-    return ShardHeader(path=path, tensors=tensors, metadata=metadata, data_start=data_start, size=size)
+    identity = FileIdentity.of(st, head + raw)
+    return ShardHeader(
+        path=path, tensors=tensors, metadata=metadata, data_start=data_start, size=size, identity=identity
+    )
 
 
 def _is_u64(value: Any) -> bool:
@@ -359,13 +538,15 @@ def read_index(folder: Path) -> CheckpointIndex | None:
             f"{folder}: holds both {SINGLE_FILE} and {INDEX_FILE}; transformers would load {SINGLE_FILE} and "
             "ignore the index's shards, so which weights count is ambiguous; refused. Remove one of them"
         )
+    names = _weight_names(folder)
     if os.path.lexists(index_path):
-        weight_map = _read_weight_map(safe_member(folder, INDEX_FILE, str(folder)))
+        weight_map, index_identity = _read_weight_map(safe_member(folder, INDEX_FILE, str(folder)))
         first_key: dict[str, str] = {}
         for key, fname in weight_map.items():
             first_key.setdefault(fname, key)
         files = sorted(first_key)
-        index = CheckpointIndex(folder=folder, files=files, index_file=INDEX_FILE)
+        index = CheckpointIndex(folder=folder, files=files, index_file=INDEX_FILE, weight_names=names)
+        index.identities[INDEX_FILE] = index_identity
         headers = {}
         for fname in files:
             shard = safe_member(folder, fname, f"{index_path}: weight_map entry {quoted(first_key[fname])}")
@@ -374,6 +555,7 @@ def read_index(folder: Path) -> CheckpointIndex | None:
                     f"{index_path}: entry {quoted(first_key[fname])} names shard {quoted(fname)}, which is missing from {folder}"
                 )
             headers[fname] = read_header(shard, fname)
+            index.identities[fname] = headers[fname].identity
         for key, fname in weight_map.items():
             info = headers[fname].tensors.get(key)
             if info is None:
@@ -384,12 +566,28 @@ def read_index(folder: Path) -> CheckpointIndex | None:
         return index
     if os.path.lexists(single):
         header = read_header(safe_member(folder, SINGLE_FILE, str(folder)), SINGLE_FILE)
-        return CheckpointIndex(folder=folder, files=[SINGLE_FILE], tensors=dict(header.tensors))
+        assert header.identity is not None
+        return CheckpointIndex(
+            folder=folder,
+            files=[SINGLE_FILE],
+            tensors=dict(header.tensors),
+            identities={SINGLE_FILE: header.identity},
+            weight_names=names,
+        )
     return None
 
 
-def _read_weight_map(index_path: Path) -> dict[str, str]:
-    raw = read_regular_file(index_path, MAX_INDEX_BYTES)
+def _read_weight_map(index_path: Path) -> tuple[dict[str, str], FileIdentity]:
+    with open_regular(index_path, CheckpointError) as (f, size):
+        if size > MAX_INDEX_BYTES:
+            raise CheckpointError(f"{index_path}: {size} bytes, larger than the {MAX_INDEX_BYTES} byte limit; refused")
+        try:
+            raw = f.read(MAX_INDEX_BYTES + 1)
+            st = os.fstat(f.fileno())
+        except OSError as e:
+            raise CheckpointError(f"{index_path}: cannot be read ({e.strerror or e})") from None
+    if len(raw) > MAX_INDEX_BYTES:
+        raise CheckpointError(f"{index_path}: larger than the {MAX_INDEX_BYTES} byte limit; refused")
     if raw.count(b'"') // _QUOTES_PER_ENTRY > MAX_INDEX_ENTRIES:
         raise CheckpointError(
             f"{index_path}: has room for more than {MAX_INDEX_ENTRIES:,} weight_map entries ({len(raw):,} bytes), "
@@ -410,7 +608,7 @@ def _read_weight_map(index_path: Path) -> dict[str, str]:
             f"{index_path}: 'weight_map' names {len(weight_map):,} tensors, more than the {MAX_INDEX_ENTRIES:,} "
             "accepted; refused"
         )
-    return dict(weight_map)
+    return dict(weight_map), FileIdentity.of(st, raw)
 
 
 @contextmanager

@@ -50,7 +50,7 @@ from ..errors import (
     one_line,
     quoted,
 )
-from .checkpoint import CheckpointIndex, read_index, safe_member
+from .checkpoint import CheckpointIndex, identify, read_index, safe_member
 from .classes import model_class_for, resolve_model_class
 from .limits import GENERATION_CONFIG, check_config_costs, side_file_limit
 from .safety import (
@@ -298,6 +298,13 @@ def _from_config_file(spec: str, path: Path, trust: bool, model_class: str | Non
         checkpoint = _checkpoint_of(folder)
         _check_explicit_weights(data, folder, checkpoint)
         check_side_files(folder)
+        generation = folder / GENERATION_CONFIG
+        if checkpoint is not None:  # a load reads config.json (for generation defaults) and generation_config.json
+            checkpoint.identities[CONFIG_FILE] = identify(path, MAX_CONFIG_BYTES, ConfigError)
+        if checkpoint is not None and os.path.lexists(generation):
+            checkpoint.identities[GENERATION_CONFIG] = identify(
+                generation, side_file_limit(GENERATION_CONFIG) or 0, ConfigError
+            )
     return ModelSource(
         spec=spec,
         kind="folder",
