@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import style
-from .format import bounded, human_count
+from .format import bounded, human_count, plain_tip
 from .panels.checks import ChecksPanel
 from .panels.details import DetailsPanel
 from .panels.diff import DiffPanel
@@ -185,6 +185,8 @@ class MainWindow(QMainWindow):
         self.model_label = QLabel("No model")
         self.params_label = QLabel("")
         self.job_label = QLabel("Ready")
+        self.job_label.setTextFormat(Qt.TextFormat.PlainText)  # job messages quote specs and names
+        self.params_label.setTextFormat(Qt.TextFormat.PlainText)
         self.job_progress = QProgressBar()
         self.job_progress.setMaximumWidth(160)
         self.job_progress.setMaximumHeight(14)
@@ -293,7 +295,7 @@ class MainWindow(QMainWindow):
         weights = f"{insp.checkpoint_tensors} tensors" if insp.has_checkpoint else "config only"
         self.setWindowTitle(f"{insp.name} — Fusion Inspector")
         self.model_label.setText(f"<b>{_html(insp.name)}</b> · {_html(insp.model_class)} · {weights}")
-        self.model_label.setToolTip("\n".join([insp.describe, *insp.notes]))
+        self.model_label.setToolTip(plain_tip("\n".join([insp.describe, *insp.notes])))
         self.params_label.setText(f"{human_count(insp.tree.total_params)} parameters · {len(insp.tree)} modules")
         self.tree.fit_columns()
         self._update_actions()

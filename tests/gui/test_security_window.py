@@ -7,6 +7,7 @@ read back after the engine process opened (or refused) them.
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 from fusion_core.model import cache
@@ -114,5 +115,83 @@ def test_the_engine_refuses_weights_swapped_after_the_open(
     assert window.state.check_result is None
     (title, message, _details) = errors[-1]
     assert title == "Checks failed" and "model.safetensors" in message and "reopen the model" in message, message
+    for box in window.error_boxes:
+        box.close()
+
+
+def _rendered_markup(window, marker: str) -> list[str]:
+    """Every place in ``window`` where text containing ``marker`` (a tag) would be rendered as rich text."""
+    from PySide6.QtCore import QModelIndex, Qt
+    from PySide6.QtWidgets import QAbstractItemView, QLabel, QTextEdit, QWidget
+
+    found = []
+    for w in [window, *window.findChildren(QWidget)]:
+        name = f"{type(w).__name__} {w.objectName()!r}"
+        if marker in w.toolTip():
+            found.append(f"{name}: tooltip {w.toolTip()[:120]!r}")
+        if isinstance(w, QLabel) and marker in w.text() and w.textFormat() != Qt.TextFormat.PlainText:
+            found.append(f"{name}: label {w.text()[:120]!r}")
+        if isinstance(w, QTextEdit) and marker.rstrip(">") in w.toHtml():
+            found.append(f"{name}: document")
+        if isinstance(w, QAbstractItemView) and w.model() is not None:
+            model, stack = w.model(), [(QModelIndex(), 0)]
+            while stack:
+                parent, depth = stack.pop()
+                try:
+                    columns = model.columnCount(parent)
+                except TypeError:  # a list model: one column
+                    columns = 1
+                for row in range(min(model.rowCount(parent), 200)):
+                    for col in range(columns):
+                        tip = model.data(model.index(row, col, parent), Qt.ItemDataRole.ToolTipRole)
+                        if isinstance(tip, str) and marker in tip:
+                            found.append(f"{name}: item tooltip {tip[:120]!r}")
+                    if depth < 2:
+                        stack.append((model.index(row, 0, parent), depth + 1))
+    return found
+
+
+def test_no_widget_renders_text_from_a_folder_as_markup(qtbot, window, open_model, llama_dir, tmp_path):
+    """issue 20, item 1: folder and file names, config strings and error messages are text."""
+    import json
+
+    folder = tmp_path / "<h1>FOLDER"
+    shutil.copytree(llama_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["attn_implementation"] = "<h1>NOTE</h1>/kernel"  # quoted in a note: the label's tooltip, the log
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "<h1>FILE.txt").write_text("x")
+    open_model(window, str(folder))
+    window.show_tab("checks")
+    found = _rendered_markup(window, "<h1>")
+    assert not found, "\n".join(found)
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"model_type": "<img src=/dev/zero><h1>ERR</h1>"}))
+    with qtbot.waitSignal(window.state.open_failed, timeout=60_000):
+        window.state.open_model(str(bad))
+    qtbot.waitUntil(lambda: not window.state.busy, timeout=30_000)
+    assert window.error_boxes and all("<h1>ERR</h1>" in box.text() for box in window.error_boxes)
+    found = _rendered_markup(window, "<h1>")
+    assert not found, "\n".join(found)
+    for box in window.error_boxes:
+        box.close()
+
+    # item 2: a 20 MB key in an index is a short message, and the window stays responsive
+    huge = tmp_path / "huge"
+    shutil.copytree(llama_dir, huge)
+    (huge / "model.safetensors").rename(huge / "model-00001-of-00001.safetensors")
+    (huge / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"k" * 20_000_000: "model-00001-of-00001.safetensors"}})
+    )
+    with qtbot.waitSignal(window.state.open_failed, timeout=60_000):
+        window.state.open_model(str(huge))
+    qtbot.waitUntil(lambda: bool(window.error_boxes), timeout=10_000)
+    text = window.error_boxes[-1].text()
+    assert len(text) < 1_000 and "(20,000,000 characters)" in text, text[:2000]
+    t0 = time.perf_counter()
+    qtbot.wait(1)  # the event loop turns at once: nothing huge is laid out
+    assert time.perf_counter() - t0 < 1.0
     for box in window.error_boxes:
         box.close()
