@@ -110,6 +110,8 @@ def run_upstream(
         why = "; ".join(f.detail for f in families) or "no family to compare"
         return UpstreamReport(available=False, transformers_version=version, summary=why, families=families)
     paths = [p for p, fam in plan.matched_paths.items() if fam in known]
+    if source.checkpoint is not None:  # the peer loads the folder itself: it must still hold what was validated
+        source.checkpoint.verify()
     request = {
         "folder": str(Path(source.folder).resolve()),  # the worker runs in a neutral directory
         "model_class": source.model_class.__name__,
