@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ..boundary.options import OptionError
-from ..errors import FusionError, UsageError, one_line
+from ..errors import FusionError, UsageError, bounded, one_line
 from ..text import printable
 from . import diff, execute, export, inspect
 from .args import flag_of
@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FusionError as e:
         if debug:
             raise
-        say(f"fusion-core: error: {printable(_message(e, command))}", err=True)
+        say(f"fusion-core: error: {printable(bounded(_message(e, command)))}", err=True)
         return e.exit_code
     except KeyboardInterrupt:
         say("fusion-core: interrupted", err=True)
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         say(
-            f"fusion-core: internal error: {type(e).__name__}: {printable(one_line(e))} (run with --debug)",
+            f"fusion-core: internal error: {type(e).__name__}: {printable(bounded(one_line(e)))} (run with --debug)",
             err=True,
         )
         return 1
