@@ -156,7 +156,7 @@ def iter_export(
         outputs = _out_tensors(ckpt, groups)
         producer = _Producer(ckpt, groups)
     wplan = plan_shards(outputs, options.shard_bytes, total_parameters=_source_parameters(ckpt))
-    config = _read_config(src.folder)
+    config = _read_config(src.folder, ckpt)
     if plan.is_empty:  # copied as is: config.json too, unless the original layout was asked for
         recorded = config.get("fusion_config") if layout == "fused" else None
     else:
@@ -390,10 +390,19 @@ def _source_parameters(ckpt: CheckpointIndex) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _read_config(folder: Path) -> dict[str, Any]:
+def _read_config(folder: Path, ckpt: CheckpointIndex | None = None) -> dict[str, Any]:
+    """The source's ``config.json``, read through the descriptor verified against the open's
+    identity when the checkpoint recorded one (the config written out is the one validated)."""
+    from ..model.checkpoint import fd_path
     from ..model.sources import read_config_dict
 
-    return read_config_dict(folder / fs.CONFIG_FILE)
+    if ckpt is None or fs.CONFIG_FILE not in ckpt.identities:
+        return read_config_dict(folder / fs.CONFIG_FILE)
+    fd = ckpt.open_verified(fs.CONFIG_FILE)
+    try:
+        return read_config_dict(Path(fd_path(fd) or folder / fs.CONFIG_FILE))
+    finally:
+        os.close(fd)
 
 
 def _verify_written(folder: Path, wplan: Any, ckpt: CheckpointIndex, groups: list[_Group]) -> ExportVerification:

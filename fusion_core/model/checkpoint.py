@@ -244,7 +244,7 @@ class CheckpointIndex:
         fd = self.open_verified(name)
         try:
             try:
-                handle = safe_open(_fd_path(fd) or str(self.folder / name), framework="pt", device="cpu")
+                handle = safe_open(fd_path(fd) or str(self.folder / name), framework="pt", device="cpu")
                 reader = handle.__enter__()
             except (OSError, ValueError, RuntimeError, SafetensorError) as e:
                 raise CheckpointError(f"{self.folder / name}: cannot read tensors ({e})") from e
@@ -266,7 +266,7 @@ class CheckpointIndex:
         :meth:`verify`.
         """
         self.verify()
-        if _fd_path(0) is None:
+        if fd_path(0) is None:
             yield self.folder
             return
         fds: list[int] = []
@@ -276,7 +276,7 @@ class CheckpointIndex:
                     fds.append(self.open_verified(name))
                     link = Path(tmp) / name
                     link.parent.mkdir(parents=True, exist_ok=True)
-                    os.symlink(_fd_path(fds[-1]), link)
+                    os.symlink(fd_path(fds[-1]), link)
                 yield Path(tmp)
         finally:
             for fd in fds:
@@ -317,7 +317,7 @@ def _weight_names(folder: Path) -> frozenset[str]:
     return frozenset(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in WEIGHT_PATTERNS))
 
 
-def _fd_path(fd: int) -> str | None:
+def fd_path(fd: int) -> str | None:
     """A path that opens the file of descriptor ``fd`` itself (Linux), or None where there is none."""
     return f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else None
 
