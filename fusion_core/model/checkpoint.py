@@ -9,6 +9,13 @@ exactly (no overlap, no gap, nothing after the end). These are the rules of
 ``safetensors.safe_open``, checked first so that every file we hand to it (see
 :func:`open_shard`) has passed our validation and its errors never surprise a caller.
 
+Each file validated is recorded with its identity (:class:`FileIdentity`: device, inode,
+size, mtime, header digest) in :attr:`CheckpointIndex.identities`; every later read goes
+through :meth:`CheckpointIndex.open_verified` (or :meth:`~CheckpointIndex.open`,
+:meth:`~CheckpointIndex.pinned`), which checks it again on the open descriptor, so what is
+loaded is what was validated. Tensor counts are bounded before a header or an index is
+parsed (:data:`MAX_TENSORS`, :data:`MAX_INDEX_ENTRIES`).
+
 Shard names come from a JSON file a stranger may have written: :func:`safe_member`
 keeps them inside the model folder (no absolute paths, no ``..``, no links out of it,
 except the Hugging Face cache's own links into its ``blobs`` folder).
