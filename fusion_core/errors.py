@@ -121,3 +121,42 @@ def one_line(error: BaseException, *, first: bool = False, named: bool = False, 
     if named:
         return f"{type(error).__name__}: {text}" if text else type(error).__name__
     return text or type(error).__name__
+
+
+#: the most characters of one name (a tensor key, a file name, a ``model_type``) a message quotes
+QUOTE_LIMIT = 120
+#: the most characters of one whole message (the CLI's error line, the window's error box)
+MESSAGE_LIMIT = 2_000
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``value`` quoted for a message, cut to ``limit`` characters with its full length.
+
+    Names come from model folders and may be megabytes long: ``'aaaa…' (50,000,000
+    characters)``. Short names read as ``repr`` does (``'model.safetensors'``), control
+    characters escaped. Only the kept part is ever formatted, so quoting a 50 MB key costs
+    nothing. Non-strings (a shape, a value of the wrong type) are quoted by their ``repr``,
+    cut the same way.
+
+    This is the one place that decides how long a quoted name may be: the engine's
+    messages, the CLI and the window all quote through it.
+    """
+    if not isinstance(value, str):
+        if isinstance(value, (list, tuple, dict)) and len(value) > limit:  # never repr a huge container
+            return f"<a {type(value).__name__} of {len(value):,} items>"
+        try:
+            text = repr(value)
+        except (RecursionError, ValueError):  # nested too deep; an int of too many digits
+            return f"<a {type(value).__name__} too large to show>"
+        return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+    if len(value) <= limit:
+        return repr(value)
+    head = repr(value[:limit])
+    return f"{head[:-1]}…{head[-1]} ({len(value):,} characters)"
+
+
+def bounded(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` cut to at most ``limit`` characters, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters not shown)"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Sequence
 
+from fusion_core.errors import bounded as bounded  # the one cut of a message, shared with the engine and the CLI
 from fusion_core.text import natural_key as natural_key  # re-exported: the panels sort with it
 
 _UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
@@ -129,8 +131,11 @@ def _join_dropped(parts: Sequence[str], dropped: Sequence[bool]) -> str:
     return ".".join(out).replace("….", "…")
 
 
-def bounded(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, saying how much was left out."""
-    if len(text) <= limit:
+def plain_tip(text: str, limit: int = 4_000) -> str:
+    """A tooltip showing ``text`` as text (Qt renders a tooltip that looks like markup as rich
+    text: a folder named ``<img src=/dev/zero>`` would load that file): cut to ``limit`` and,
+    when it holds a tag or an entity, escaped inside ``<qt>``. Text without ``<`` or ``&`` is unchanged."""
+    text = bounded(text, limit)
+    if "<" not in text and "&" not in text:
         return text
-    return f"{text[:limit]}… ({len(text) - limit:,} more characters not shown)"
+    return "<qt>" + html.escape(text).replace("\n", "<br>") + "</qt>"

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import style
-from .format import bounded, human_count
+from .format import bounded, human_count, plain_tip
 from .panels.adapter_dialog import AdapterDialog
 from .panels.checks import ChecksPanel
 from .panels.compare import ComparePanel
@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         s = self.state
         s.model_changed.connect(self._on_model_changed)
         s.preview_ready.connect(self._on_preview_ready)
+        s.preview_cleared.connect(self._on_preview_cleared)
         s.error_raised.connect(self._on_error_raised)
         s.trust_requested.connect(self._on_trust_requested)
         s.job_started.connect(self._on_job_started)
@@ -213,6 +214,8 @@ class MainWindow(QMainWindow):
         self.model_label = QLabel("No model")
         self.params_label = QLabel("")
         self.job_label = QLabel("Ready")
+        self.job_label.setTextFormat(Qt.TextFormat.PlainText)  # job messages quote specs and names
+        self.params_label.setTextFormat(Qt.TextFormat.PlainText)
         self.job_progress = QProgressBar()
         self.job_progress.setMaximumWidth(160)
         self.job_progress.setMaximumHeight(14)
@@ -361,10 +364,19 @@ class MainWindow(QMainWindow):
         weights = f"{insp.checkpoint_tensors} tensors" if insp.has_checkpoint else "config only"
         self.setWindowTitle(f"{insp.name} — Fusion Inspector")
         self.model_label.setText(f"<b>{_html(insp.name)}</b> · {_html(insp.model_class)} · {weights}")
-        self.model_label.setToolTip("\n".join([insp.describe, *insp.notes]))
+        self.model_label.setToolTip(plain_tip("\n".join([insp.describe, *insp.notes])))
         self.params_label.setText(f"{human_count(insp.tree.total_params)} parameters · {len(insp.tree)} modules")
         self.tree.fit_columns()
         self._update_actions()
+
+    def _on_preview_cleared(self) -> None:
+        """The cached picture was withdrawn (the model failed to open): nothing of it stays on show."""
+        self.tree.model.set_tree(None)
+        self.tree.view.hide()
+        self.tree.placeholder.show()
+        self.setWindowTitle("Fusion Inspector")
+        self.model_label.setText("No model")
+        self.params_label.setText("")
 
     def _on_preview_ready(self, cached) -> None:
         """A model seen before, from the cache: its tree now, the rest when the engine has opened it."""

@@ -101,6 +101,8 @@ class AppState(QObject):
 
     model_changed = Signal(object)  # InspectionView (the engine has the model open)
     preview_ready = Signal(object)  # InspectionView: a model seen before, from the cache, before the engine loads
+    preview_cleared = Signal()  # the cached preview on show was withdrawn (its model failed to open)
+    _preview_read = Signal(str, object)  # spec, InspectionView | None: read off the window's thread
     fusions_changed = Signal()  # order or enabled set changed (highlights follow)
     plan_changed = Signal(object)  # PlanView, or None with `plan_error` set
     module_selected = Signal(str)  # the tree's current module (path)
@@ -138,6 +140,8 @@ class AppState(QObject):
         self.jobs.job_finished.connect(lambda _job: self.busy_changed.emit(False))
         self.inspection: InspectionView | None = None  # the model open in the engine
         self.preview: InspectionView | None = None  # from the cache, shown until the engine has it open
+        self._preview_spec = ""  # the spec whose cache entry is being read (cleared by an open's end)
+        self._preview_connected = False
         self.spec: str = ""
         self.family_order: list[str] = []
         self.enabled: set[str] = set()
@@ -189,19 +193,46 @@ class AppState(QObject):
         """Show ``spec`` from the model cache (plain data; torch is not imported), if it has a valid entry.
 
         Only while no model is open (start-up): the live inspection, opened next with
-        :meth:`open_model`, replaces it. Returns whether a cached entry was shown.
+        :meth:`open_model`, replaces it. The entry is read on a worker thread (a folder may
+        plant a pipe or a huge file where it is expected: the window's thread never waits on
+        it); ``preview_ready`` is emitted when it is valid and no model has opened or failed
+        since. Returns whether ``spec`` can have an entry (the read was started).
         """
-        from fusion_core.plan.view import cached_view
+        import threading
 
-        if self.inspection is not None:
+        from fusion_core.model import cache
+
+        spec = spec.strip()
+        if self.inspection is not None or not cache.cacheable(spec):
             return False
-        cached = cached_view(spec.strip())
-        if cached is None:
-            return False
+        self._preview_spec = spec
+        if not self._preview_connected:
+            self._preview_read.connect(self._on_preview_read)
+            self._preview_connected = True
+
+        def read() -> None:
+            from fusion_core.plan.view import cached_view
+
+            try:
+                cached = cached_view(spec)
+            except Exception:  # the cache is an optimisation: never an error
+                log.debug("cannot read the model cache for %s", spec, exc_info=True)
+                cached = None
+            try:
+                self._preview_read.emit(spec, cached)  # queued to the window's thread
+            except RuntimeError:  # the state was deleted meanwhile (its window closed)
+                pass
+
+        threading.Thread(target=read, name="model-cache", daemon=True).start()
+        return True
+
+    @Slot(str, object)
+    def _on_preview_read(self, spec: str, cached: InspectionView | None) -> None:
+        if cached is None or spec != self._preview_spec or self.inspection is not None:
+            return  # a miss, or too late: nothing cached is shown
         self.preview = cached
         self._init_fusions(cached.families)
         self.preview_ready.emit(cached)
-        return True
 
     def _init_fusions(self, known: list[str]) -> None:
         """The family order and enabled set for a model with the registered families ``known``."""
@@ -216,7 +247,7 @@ class AppState(QObject):
 
     def _on_opened(self, spec: str, insp: InspectionView) -> None:
         self.inspection = insp
-        self.preview = None
+        self.preview, self._preview_spec = None, ""
         self.spec = spec
         had_results, self.check_result = self.check_result is not None, None
         self.selected_path = ""
@@ -239,6 +270,10 @@ class AppState(QObject):
         from fusion_core.errors import RemoteCodeError
 
         message, details = error_text(error)
+        self._preview_spec = ""  # an entry still being read is not shown
+        if self.preview is not None and self.inspection is None:  # the cached picture is not this folder's
+            self.preview = None
+            self.preview_cleared.emit()
         if isinstance(error, RemoteCodeError):  # the window asks; opening never runs the code
             log.warning("%s asks for custom code: %s", spec, ", ".join(error.files))
             self.open_failed.emit(spec, message)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ..text import printable
-from .output import print_json, run_with_progress, table
+from .output import print_json, run_with_progress, say, table
 
 
 def register(sub: Any) -> None:
@@ -51,11 +50,11 @@ def cmd_adapter(args: argparse.Namespace) -> int:
     plan = adapter_plan_for(args.base, args.adapter, fusion_config_of(args.fusion) or None, args.layout)
     result = run_with_progress(iter_convert_adapter(plan, args.adapter, args.out, options), "adapter", args.json)
     for note in [*result.verification.notes, *result.messages]:
-        print(f"fusion-core: note: {printable(note)}", file=sys.stderr)
+        say(f"fusion-core: note: {printable(note)}", err=True)
     if args.json:
         print_json(result)
         return 0
-    print(
+    say(
         f"converted {printable(result.adapter)} ({result.source_layout} layout) -> {printable(str(result.out_dir))} "
         f"({result.layout} layout), {result.tensors} tensors in {result.seconds:.1f}s"
     )
@@ -70,9 +69,9 @@ def cmd_adapter(args: argparse.Namespace) -> int:
             )
             for s in result.steps
         ]
-        print(table([tuple(printable(c) for c in r) for r in rows], ["family", "op", "from", "to", "rank"]))
-    print(f"verified: {printable(result.verification.summary)}")
+        say(table([tuple(printable(c) for c in r) for r in rows], ["family", "op", "from", "to", "rank"]))
+    say(f"verified: {printable(result.verification.summary)}")
     if result.consumers:
         rows = [(c.name, c.status, c.how, c.detail) for c in result.consumers]
-        print(table([tuple(printable(str(x)) for x in r) for r in rows], ["consumer", "status", "how", "detail"]))
+        say(table([tuple(printable(str(x)) for x in r) for r in rows], ["consumer", "status", "how", "detail"]))
     return 0

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from .output import human_count, print_json, printable, run_with_progress, table
+from .output import human_count, print_json, printable, run_with_progress, say, table
 
 MAX_ROWS = 50  # rows of each table in the human output (all of them in --json and the report)
 
@@ -40,7 +39,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
-        print(format_comparison(result))
+        say(format_comparison(result))
     return 0 if result.equal else 1
 
 
@@ -143,4 +142,4 @@ def _g(x: float | None) -> str:
 
 
 def report_hint(path: str) -> None:
-    print(f"fusion-core: wrote {printable(path)}", file=sys.stderr)
+    say(f"fusion-core: wrote {printable(path)}", err=True)

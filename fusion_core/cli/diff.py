@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from .output import human_count, print_json, table
+from .output import human_count, print_json, say, table
 
 
 def register(sub: Any) -> None:
@@ -66,7 +65,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         raise UsageError("diff: give at least one --fusion NAME (see `fusion-core families`)")
     insp = inspect_model(args.model, trust_remote_code=args.trust_remote_code)
     for note in insp.source.notes:
-        print(f"fusion-core: note: {note}", file=sys.stderr)
+        say(f"fusion-core: note: {note}", err=True)
     diff = diff_plan(insp.plan({name: True for name in args.fusion}))
     if args.json:
         print_json(diff)
@@ -78,14 +77,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if diff.unexplained:
         problems.append(f"{len(diff.unexplained)} key(s) change without a transform")
     if problems:
-        print(f"fusion-core: error: {'; '.join(problems)}", file=sys.stderr)
+        say(f"fusion-core: error: {'; '.join(problems)}", err=True)
         return 1
     return 0
 
 
 def _print_human(diff: Any) -> None:
     c = diff.counts()
-    print(
+    say(
         f"{diff.model}: {diff.model_class}, fusions {', '.join(diff.fusion_config) or 'none'}\n"
         f"state dict: {diff.original_keys} keys -> {diff.fused_keys} keys ({diff.unchanged_keys} unchanged; "
         f"{c['removed']} removed, {c['added']} added, {c['renamed']} renamed, {c['reshaped']} reshaped)\n"
@@ -93,19 +92,19 @@ def _print_human(diff: Any) -> None:
         f"({'equal' if diff.params_equal else 'DIFFERENT'})"
     )
     for message in diff.messages:
-        print(f"note: {message}")
+        say(f"note: {message}")
     if not diff.modules:
-        print("\nnothing is fused: the models are the same")
+        say("\nnothing is fused: the models are the same")
         return
-    print("\nmodule classes")
-    print(
+    say("\nmodule classes")
+    say(
         table(
             [(r["class"], r["fused_class"], r["family"], r["instances"]) for r in diff.classes()],
             ["original", "fused", "family", "instances"],
         )
     )
-    print("\nmodules")
-    print(
+    say("\nmodules")
+    say(
         table(
             [
                 (
@@ -121,8 +120,8 @@ def _print_human(diff: Any) -> None:
             ["module", "family", "class", "params", "fused params", "equal"],
         )
     )
-    print("\nstate-dict keys")
-    print(
+    say("\nstate-dict keys")
+    say(
         table(
             [
                 (k.kind, k.key, _shape(k.shape), k.op or "(no transform)", k.new_key, _shape(k.new_shape))

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ..boundary.options import DTYPES
 from ..run.results import MIN_VERDICT_ROUNDS
 from .args import device_arg, seed_arg
-from .output import print_json, printable, run_with_progress, table
+from .output import print_json, printable, run_with_progress, say, table
 
 
 def register(sub: Any) -> None:
@@ -84,24 +83,24 @@ def cmd_load(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
         return 0
-    print(f"{report.model}: {report.model_class}, {report.dtype} on {report.device}")
-    print(f"checkpoint layout: {report.checkpoint_layout}; fusion_config: {report.fusion_config or 'none'}")
-    print(f"missing keys: {len(report.missing_keys)}, unexpected keys: {len(report.unexpected_keys)}")
+    say(f"{report.model}: {report.model_class}, {report.dtype} on {report.device}")
+    say(f"checkpoint layout: {report.checkpoint_layout}; fusion_config: {report.fusion_config or 'none'}")
+    say(f"missing keys: {len(report.missing_keys)}, unexpected keys: {len(report.unexpected_keys)}")
     if report.fused_modules:
-        print(table([(m.module, m.family, m.class_name) for m in report.fused_modules], ["fused", "family", "class"]))
+        say(table([(m.module, m.family, m.class_name) for m in report.fused_modules], ["fused", "family", "class"]))
     else:
-        print("no module fused")
+        say("no module fused")
     if report.transforms:
-        print(
+        say(
             table(
                 [(r["source_key"], r["op"], r["target_key"]) for r in report.transforms],
                 ["checkpoint key", "op", "fused key"],
             )
         )
     for message in report.messages:
-        print(f"note: {message}")
+        say(f"note: {message}")
     rss = f", peak RSS {report.peak_rss_mb:.0f} MiB" if report.peak_rss_mb is not None else ""
-    print(f"loaded in {report.seconds:.2f} s{rss}")
+    say(f"loaded in {report.seconds:.2f} s{rss}")
     return 0
 
 
@@ -139,11 +138,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         from ..report import write_report
 
         write_report(result, args.report)
-        print(f"fusion-core: wrote {printable(args.report)}", file=sys.stderr)
+        say(f"fusion-core: wrote {printable(args.report)}", err=True)
     if args.json:
         print_json(result)
     else:
-        print(format_check(result))
+        say(format_check(result))
     return 0 if result.passed else 1
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from ..text import printable
-from .output import print_json, run_with_progress, table
+from .output import print_json, run_with_progress, say, table
 
 
 def register(sub: Any) -> None:
@@ -89,26 +88,26 @@ def cmd_export(args: argparse.Namespace) -> int:
     gen = iter_export(plan, args.out, options)
     result = run_with_progress(gen, desc="export", quiet=args.json)
     for note in result.verification.notes:  # e.g. leftovers of a killed export, removed
-        print(f"fusion-core: note: {printable(note)}", file=sys.stderr)
+        say(f"fusion-core: note: {printable(note)}", err=True)
     for message in result.messages:  # e.g. the checkpoint's own families, added to the plan
-        print(f"fusion-core: note: {printable(message)}", file=sys.stderr)
+        say(f"fusion-core: note: {printable(message)}", err=True)
     if args.json:
         print_json(result)
         return 0
-    print(
+    say(
         f"exported {result.source} ({result.source_layout} layout) -> {result.out_dir} ({result.layout} layout), "
         f"{result.tensors} tensors, {result.total_bytes / 1e6:.1f} MB in {result.seconds:.1f}s"
         + (" (replaced the old folder)" if result.replaced_existing else "")
     )
-    print(table([(name, f"{size:,}") for name, size in result.files], ["file", "bytes"]))
+    say(table([(name, f"{size:,}") for name, size in result.files], ["file", "bytes"]))
     if result.transformed:
-        print(f"transformed: {', '.join(result.transformed)}")
+        say(f"transformed: {', '.join(result.transformed)}")
     for name, reason in result.skipped_files:
-        print(f"not copied: {name}: {reason}")
-    print(f"verified: {result.verification.summary}")
+        say(f"not copied: {name}: {reason}")
+    say(f"verified: {result.verification.summary}")
     if result.written_fusion_config is not None:
-        print(f"config.json fusion_config: {json.dumps(result.written_fusion_config)}")
+        say(f"config.json fusion_config: {json.dumps(result.written_fusion_config)}")
     if result.consumers:
         rows = [(c.name, c.status, c.how, c.detail) for c in result.consumers]
-        print(table(rows, ["consumer", "status", "how", "detail"]))
+        say(table(rows, ["consumer", "status", "how", "detail"]))
     return 0

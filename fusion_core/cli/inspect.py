@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from ..text import printable
-from .output import human_count, print_json, table
+from .output import human_count, print_json, say, table
 
 
 def register(sub: Any) -> None:
@@ -75,7 +74,7 @@ def _open(args: argparse.Namespace):
 
     insp = inspect_model(args.model, trust_remote_code=args.trust_remote_code)
     for note in insp.source.notes:  # e.g. what --trust-remote-code did and did not do
-        print(f"fusion-core: note: {printable(note)}", file=sys.stderr)
+        say(f"fusion-core: note: {printable(note)}", err=True)
     return insp
 
 
@@ -118,11 +117,11 @@ def cmd_tree(args: argparse.Namespace) -> int:
                 weight.dtype if weight else "",
             )
         )
-    print(
+    say(
         f"{insp.name}: {insp.source.model_class.__name__}, {len(insp.tree)} modules, "
         f"{human_count(root.total_params)} parameters"
     )
-    print(table(rows, ["module", "class", "params", "kind", "weight", "dtype"]))
+    say(table(rows, ["module", "class", "params", "kind", "weight", "dtype"]))
     return 0
 
 
@@ -147,7 +146,7 @@ def _save_tree(insp: Any, args: argparse.Namespace) -> None:
                 from ..errors import UsageError
 
                 raise UsageError(f"tree: cannot write {printable(path)} ({e.strerror or e})") from None
-            print(f"fusion-core: wrote {printable(path)}", file=sys.stderr)
+            say(f"fusion-core: wrote {printable(path)}", err=True)
 
 
 def root_params(insp: Any) -> int:
@@ -213,34 +212,34 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
             print_json({**to_plain(plan), "adapter": {**to_plain(adapter), "rows": adapter.rows()}})
         return 0
-    print(f"{plan.model}: {plan.model_class}")
+    say(f"{plan.model}: {plan.model_class}")
     for fam in plan.families:
         d = fam.discovery
         near = f", {len(d.near_misses)} near miss(es)" if d.near_misses else ""
-        print(f"\n[{fam.name}] {len(d.matches)} module(s) matched, {len(d.rejected)} rejected{near}")
+        say(f"\n[{fam.name}] {len(d.matches)} module(s) matched, {len(d.rejected)} rejected{near}")
         if fam.effective_options:
-            print("  options: " + ", ".join(f"{k}={v!r}" for k, v in fam.effective_options.items()))
+            say("  options: " + ", ".join(f"{k}={v!r}" for k, v in fam.effective_options.items()))
         if d.empty_message:
-            print(f"  {d.empty_message}")
+            say(f"  {d.empty_message}")
         if d.matches:
-            print(
+            say(
                 table(
                     [(m.path, m.original_class.__name__, m.fused_class.__name__) for m in d.matches],
                     ["module", "class", "fused class"],
                 )
             )
         if d.rejected:
-            print(table([(r.path, r.class_name, r.reason) for r in d.rejected], ["rejected", "class", "reason"]))
+            say(table([(r.path, r.class_name, r.reason) for r in d.rejected], ["rejected", "class", "reason"]))
         if d.near_misses:
-            print(table([(r.path, r.class_name, r.reason) for r in d.near_misses], ["near miss", "class", "reason"]))
+            say(table([(r.path, r.class_name, r.reason) for r in d.near_misses], ["near miss", "class", "reason"]))
     if plan.patch_mapping:
-        print("\npatch mapping")
-        print(table([(o.__name__, f.__name__) for o, f in plan.patch_mapping.items()], ["original", "fused"]))
+        say("\npatch mapping")
+        say(table([(o.__name__, f.__name__) for o, f in plan.patch_mapping.items()], ["original", "fused"]))
     rows = plan.rows("load")
     if rows:
         where = "checkpoint" if plan.has_checkpoint else "model (no checkpoint attached)"
-        print(f"\nweight transforms ({where}, layout: {plan.layout})")
-        print(
+        say(f"\nweight transforms ({where}, layout: {plan.layout})")
+        say(
             table(
                 [
                     (
@@ -263,7 +262,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _print_adapter(adapter: Any) -> None:
     """The adapter's key transforms (``plan --adapter``)."""
-    print(f"\nadapter {printable(adapter.adapter)} ({adapter.source_layout} layout -> {adapter.layout})")
+    say(f"\nadapter {printable(adapter.adapter)} ({adapter.source_layout} layout -> {adapter.layout})")
     rows = [
         (
             r["source_key"],
@@ -276,15 +275,15 @@ def _print_adapter(adapter: Any) -> None:
         for r in adapter.rows()
     ]
     if rows:
-        print(
+        say(
             table(
                 [tuple(printable(c) for c in r) for r in rows],
                 ["source key", "shape", "op", "target key", "shape", "rank"],
             )
         )
-    print(f"{adapter.copied_keys} other tensor(s) copied bitwise")
+    say(f"{adapter.copied_keys} other tensor(s) copied bitwise")
     for m in adapter.messages:
-        print(f"note: {printable(m)}")
+        say(f"note: {printable(m)}")
 
 
 def cmd_families(args: argparse.Namespace) -> int:
@@ -295,7 +294,7 @@ def cmd_families(args: argparse.Namespace) -> int:
 
     specs = families()
     for err in plugin_errors():  # broken plugins are skipped, never fatal: say which and why
-        print(f"fusion-core: plugin {err.name} ({err.origin}) skipped: {err.error}", file=sys.stderr)
+        say(f"fusion-core: plugin {err.name} ({err.origin}) skipped: {err.error}", err=True)
     if args.self_test:
         return _self_test(args)
     if args.names:
@@ -315,7 +314,7 @@ def cmd_families(args: argparse.Namespace) -> int:
         )
         return 0
     rows = [(s.name, s.description, _options_text(s)) for s in specs]
-    print(table(rows, ["family", "description", "options"]))
+    say(table(rows, ["family", "description", "options"]))
     return 0
 
 
@@ -332,24 +331,24 @@ def _self_test(args: argparse.Namespace) -> int:
     reports = []
     for spec in specs:
         if not args.json:
-            print(f"self-test {spec.name} ...", file=sys.stderr, flush=True)
+            say(f"self-test {spec.name} ...", err=True, flush=True)
         reports.append(check_family(spec))
     failed = [(r.family, p) for r in reports for p in r.failures]
     if args.json:
         print_json({"schema_version": 1, "passed": not failed, "families": reports})
     else:
         for report in reports:
-            print(f"\n[{report.family}] {'pass' if report.passed else 'FAIL'} ({report.seconds:.1f} s)")
-            print(
+            say(f"\n[{report.family}] {'pass' if report.passed else 'FAIL'} ({report.seconds:.1f} s)")
+            say(
                 table(
                     [(p.name, p.model, p.status, p.detail) for p in report.properties],
                     ["property", "model", "result", "detail"],
                 )
             )
     for family, prop in failed:
-        print(
+        say(
             f"fusion-core: self-test failed: family {family!r}, {prop.name} on {prop.model}: {prop.detail}",
-            file=sys.stderr,
+            err=True,
         )
     return 1 if failed else 0
 
@@ -359,9 +358,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ..model.demo import DEFAULT_DEMO, DEMOS, demo_path
 
     if args.list:
-        print(table([(d.name, d.description) for d in DEMOS.values()], ["demo", "description"]))
+        say(table([(d.name, d.description) for d in DEMOS.values()], ["demo", "description"]))
         return 0
-    print(demo_path(args.name or DEFAULT_DEMO))
+    say(demo_path(args.name or DEFAULT_DEMO))
     return 0
 
 
@@ -380,5 +379,5 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
-        print(format_report(report))
+        say(format_report(report))
     return 0

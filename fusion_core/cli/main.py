@@ -16,10 +16,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ..boundary.options import OptionError
-from ..errors import FusionError, UsageError, one_line
+from ..errors import FusionError, UsageError, bounded, one_line
 from ..text import printable
 from . import adapter, diff, execute, export, inspect
 from .args import flag_of
+from .output import say
 
 # the command groups, registered explicitly (a wrong name fails at import, never skipped)
 COMMAND_GROUPS = (inspect, execute, export, diff, adapter)
@@ -110,19 +111,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FusionError as e:
         if debug:
             raise
-        print(f"fusion-core: error: {printable(_message(e, command))}", file=sys.stderr)
+        say(f"fusion-core: error: {printable(bounded(_message(e, command)))}", err=True)
         return e.exit_code
     except KeyboardInterrupt:
-        print("fusion-core: interrupted", file=sys.stderr)
+        say("fusion-core: interrupted", err=True)
         return 130
     except BrokenPipeError:
         return 0
     except Exception as e:
         if debug:
             raise
-        print(
-            f"fusion-core: internal error: {type(e).__name__}: {printable(one_line(e))} (run with --debug)",
-            file=sys.stderr,
+        say(
+            f"fusion-core: internal error: {type(e).__name__}: {printable(bounded(one_line(e)))} (run with --debug)",
+            err=True,
         )
         return 1
 

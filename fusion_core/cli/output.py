@@ -10,9 +10,25 @@ from ..boundary.convert import to_plain
 from ..progress import CancelToken, Progress, ProgressGenerator, drive
 from ..text import human_count, printable, table
 
-__all__ = ["human_count", "print_json", "printable", "run_with_progress", "table"]
+__all__ = ["human_count", "print_json", "printable", "run_with_progress", "say", "table"]
 
 T = TypeVar("T")
+
+
+def say(*values: Any, err: bool = False, sep: str = " ", flush: bool = False) -> None:
+    """Print a line (or lines) of human output, every control character escaped.
+
+    The one way the CLI prints text (``print``'s arguments; ``err`` for stderr): file,
+    folder and tensor names, notes and config strings in it come from model folders, and
+    :func:`~fusion_core.text.printable` keeps them from moving the cursor, retitling or
+    clearing the terminal. Line breaks of our own (tables, blocks) are kept; those inside
+    a value are escaped too when the caller passes it through ``printable`` first.
+    """
+    text = sep.join(str(v) for v in values)
+    stream = sys.stderr if err else sys.stdout
+    stream.write("\n".join(printable(line) for line in text.split("\n")) + "\n")
+    if flush:
+        stream.flush()
 
 
 def print_json(data: Any) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..boundary.options import LAYOUTS, ON_WRONG_LOAD, ExportOptions, OptionError
 from ..errors import CheckpointError, ExportError, naming
-from ..model.checkpoint import INDEX_FILE, CheckpointIndex, open_shard
+from ..model.checkpoint import INDEX_FILE, CheckpointIndex
 from ..plan.fusion_config import GUARD_PREFIX
 from ..plan.layout import require_checkpoint
 from ..progress import CancelToken, Progress, ProgressCallback, drive
@@ -63,7 +63,7 @@ class _Producer:
 
     def read(self, key: str) -> torch.Tensor:
         info = self.ckpt.tensors[key]
-        with open_shard(self.ckpt.folder, info.file) as f:
+        with self.ckpt.open(info.file) as f:
             return f.get_tensor(key)
 
     def __call__(self, t: OutTensor) -> torch.Tensor:
@@ -156,7 +156,7 @@ def iter_export(
         outputs = _out_tensors(ckpt, groups)
         producer = _Producer(ckpt, groups)
     wplan = plan_shards(outputs, options.shard_bytes, total_parameters=_source_parameters(ckpt))
-    config = _read_config(src.folder)
+    config = _read_config(src.folder, ckpt)
     if plan.is_empty:  # copied as is: config.json too, unless the original layout was asked for
         recorded = config.get("fusion_config") if layout == "fused" else None
     else:
@@ -173,10 +173,14 @@ def iter_export(
     total = wplan.total_size
     probe = None
     try:
-        # the consumers' child imports torch and transformers and loads the source while we write
+        # the consumers' child imports torch and transformers and loads the source while we write:
+        # the files are verified first, and again once it has read them (after the outputs are compared)
+        ckpt.verify()
         probe = _start_probe(src.folder, plan, trust_remote_code) if verify_outputs else None
         try:
-            yield from iter_write(wplan, tmp, src.folder, producer, sync=sync, total=total)
+            yield from iter_write(
+                wplan, tmp, src.folder, producer, sync=sync, total=total, open_source=ckpt.open_verified
+            )
             write_text(tmp / fs.CONFIG_FILE, config_text, sync=sync)
             yield Progress(total, total, "copying other files")
             fs.copy_other_files(others, tmp)
@@ -228,6 +232,7 @@ def iter_export(
             if bad or ours:
                 c = (bad or ours)[0]
                 raise ExportError(f"verification failed: {c.name} {c.status} ({c.detail}); nothing was written")
+        ckpt.verify()  # the source read by the consumers (and copied above) is still the one validated
         files = sorted(OutputFile(p.name, p.stat().st_size) for p in tmp.iterdir())
         yield Progress(total, total, "moving into place")
         fs.move_into_place(tmp, dest)
@@ -385,10 +390,19 @@ def _source_parameters(ckpt: CheckpointIndex) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _read_config(folder: Path) -> dict[str, Any]:
+def _read_config(folder: Path, ckpt: CheckpointIndex | None = None) -> dict[str, Any]:
+    """The source's ``config.json``, read through the descriptor verified against the open's
+    identity when the checkpoint recorded one (the config written out is the one validated)."""
+    from ..model.checkpoint import fd_path
     from ..model.sources import read_config_dict
 
-    return read_config_dict(folder / fs.CONFIG_FILE)
+    if ckpt is None or fs.CONFIG_FILE not in ckpt.identities:
+        return read_config_dict(folder / fs.CONFIG_FILE)
+    fd = ckpt.open_verified(fs.CONFIG_FILE)
+    try:
+        return read_config_dict(Path(fd_path(fd) or folder / fs.CONFIG_FILE))
+    finally:
+        os.close(fd)
 
 
 def _verify_written(folder: Path, wplan: Any, ckpt: CheckpointIndex, groups: list[_Group]) -> ExportVerification:

@@ -321,6 +321,7 @@ def iter_write(
     *,
     sync: bool = True,
     total: int | None = None,
+    open_source: Callable[[str], int] | None = None,
 ) -> Generator[Progress, None, list[Path]]:
     """Write every shard of ``plan`` (and the index) into ``folder``, streaming.
 
@@ -331,6 +332,9 @@ def iter_write(
         produce: returns the tensor for an output without ``raw`` (a transformed tensor).
         sync: fsync each file once written.
         total: the bytes progress counts up to (default: the plan's), when this is part of a larger job.
+        open_source: opens a source file by name, returning a descriptor (the checkpoint's
+            :meth:`~fusion_core.model.checkpoint.CheckpointIndex.open_verified`: the bytes
+            copied are those validated at the open); default: open it by name in ``source_folder``.
 
     Yields:
         Progress in bytes of tensor data.
@@ -365,7 +369,9 @@ def iter_write(
                         continue
                     file, pos, end, last = run
                     src_fd = sources.get(file)
-                    if src_fd is None:
+                    if src_fd is None and open_source is not None:
+                        src_fd = sources[file] = open_source(file)
+                    elif src_fd is None:
                         src_path = safe_member(source_folder, file, str(source_folder))
                         src_fd = sources[file] = os.open(src_path, _READ_FLAGS)
                     while pos < end:

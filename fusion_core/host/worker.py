@@ -64,6 +64,7 @@ from .ops import (
 )
 
 _PROGRESS_INTERVAL_S = 0.05  # at most 20 progress messages a second per job
+SHUTDOWN_GRACE_S = 3.0  # after the window is gone: how long running jobs get to stop (cancelled) in all
 log = logging.getLogger("fusion_core.host")
 
 
@@ -140,14 +141,37 @@ class Host:
                 log.error("ignoring a malformed request: %s", e)
                 continue
             self.dispatch(method, msg.get("params"), msg.get("id"))
-        # the window closed our stdin: stop what runs (exports clean up on cancel), then end
+        # the window closed our stdin (it ended, or died): stop what runs, then end
+        self.wind_down(quick)
+
+    def wind_down(self, quick: threading.Thread | None = None, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        """Cancel every job and wait for them at most ``grace_s`` in all (exports remove their
+        temporary folder on cancel, between two tensors); :func:`main` then ends the process
+        whatever still runs (an import, a forward pass), so it never outlives its window by
+        more than a few seconds."""
+        deadline = time.monotonic() + grace_s
         for token in list(self._tokens.values()):
             token.cancel()
         for thread in self._threads:
-            thread.join(timeout=30)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._quick.put(None)  # the quick requests sent before it are answered first
-        quick.join(timeout=30)
+        if quick is not None:
+            quick.join(timeout=max(0.0, deadline - time.monotonic()))
         close_spares()
+
+    def watch_parent(self, interval_s: float = 0.5) -> None:
+        """End the process soon after its window dies, even if our stdin stayed open (a
+        descendant holding it): the parent changes when the window is gone."""
+        parent = os.getppid()
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(interval_s)
+            log.debug("the window (process %d) is gone: ending", parent)
+            self.wind_down()
+            _exit_now(0)
+
+        threading.Thread(target=watch, name="engine-parent", daemon=True).start()
 
     def dispatch(self, method: str, params: Any, job_id: int | None) -> None:
         """Start the request ``method(params)``; its answer goes out when it ends."""
@@ -278,7 +302,7 @@ class Host:
         data = inspection_data(p.spec, insp)
         yield Progress(3, 4, "done")
         if p.cache and not p.restore and not self._family_files:
-            model_cache.save(p.spec, data)  # the next start paints it at once
+            model_cache.save(p.spec, data, p.trust_remote_code)  # the next start paints it at once
         self._sessions[p.session] = insp
         log.info(
             "opened %s: %s, %d modules, engine import %.2f s, open + discovery %.2f s",
@@ -405,8 +429,19 @@ def main() -> int:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
+    host.watch_parent()
     host.serve(sys.stdin.buffer)
+    _exit_now(0)  # not a normal interpreter exit: it would wait for an import or a forward pass
     return 0
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -7,23 +7,30 @@ the opened model's view, :class:`fusion_core.plan.view.InspectionView`, which is
 engine's answer to "open"; this module keys, writes and reads entries, the caller rebuilds
 the view (:func:`fusion_core.plan.view.cached_view`). An entry is keyed by everything its content depends on:
 
-* the model's config: the bytes of a folder's ``config.json``, the ``arch:`` type, or the
-  demo's name and version (hub ids and folders with custom code are not cached);
+* the model's config: for a folder, its resolved path, the bytes of its ``config.json``
+  and the identity (inode, size, mtime) of every file in it, weights and side files
+  included; the ``arch:`` type; or the demo's name and version (hub ids and folders with
+  custom code are not cached);
+* the ``trust_remote_code`` choice it was opened with;
 * the installed transformers and torch versions (read from package metadata);
 * fusion_core's version and a fingerprint of its source files (size and mtime of each),
   so an edited family or discovery never reuses an old result;
 * the registered family plugins (entry point names, targets and distribution versions).
 
-A cache file is never trusted blindly: it is read only up to :data:`MAX_BYTES`, must be
+A cache file is never trusted blindly: it must be a regular file (a link, a pipe or a
+device is removed unread), is read only up to :data:`MAX_BYTES`, must be
 JSON of the exact expected structure, version and key, and is removed when it is not.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -74,8 +81,18 @@ def _plugins() -> list[list[str]]:
     )
 
 
-def _config_fingerprint(spec: str) -> str | None:
-    """What identifies the config of ``spec`` (None: not cacheable)."""
+MAX_FOLDER_ENTRIES = 10_000  # a model folder lists a few dozen files; more is not cached
+
+
+def _config_fingerprint(spec: str) -> Any:
+    """What identifies what ``spec`` shows (None: not cacheable).
+
+    For a folder: the resolved folder, the bytes of its ``config.json`` and the identity of
+    every entry in it (:func:`_folder_state`: the weights, the index, the side files, an
+    added pickle), so the same config beside other weights, in another folder or after a
+    file changed is another key. A config asking for custom code (``auto_map``, found in the
+    parsed JSON, whatever its spelling) is not cached.
+    """
     if spec.startswith("arch:"):
         return spec
     if spec.startswith("demo:"):
@@ -83,17 +100,47 @@ def _config_fingerprint(spec: str) -> str | None:
 
         name = spec.removeprefix("demo:")
         return f"demo:{name}:v{DEMO_VERSION}" if name in DEMOS else None
+    from ..errors import FusionError
+    from .safety import read_regular_file, remote_code_files
+
     path = Path(spec).expanduser()
     config = path / "config.json" if path.is_dir() else path
-    if config.name != "config.json" or not config.is_file() or config.stat().st_size > MAX_CONFIG_BYTES:
+    if config.name != "config.json":
         return None
-    content = config.read_bytes()
-    if b'"auto_map"' in content:  # custom code: its Python files would have to be keyed too
+    try:
+        content = read_regular_file(config, MAX_CONFIG_BYTES)  # a FIFO or a device is never read
+        data = json.loads(content)
+    except (FusionError, ValueError, RecursionError):
         return None
-    return "config:" + hashlib.sha256(content).hexdigest()
+    if not isinstance(data, dict) or remote_code_files(data):  # custom code: its files would have to be keyed too
+        return None
+    folder = config.parent.resolve()
+    state = _folder_state(folder)
+    if state is None:
+        return None
+    return ["config", str(folder), hashlib.sha256(content).hexdigest(), state]
 
 
-def cache_key(spec: str) -> str | None:
+def _folder_state(folder: Path) -> list[Any] | None:
+    """Each entry of ``folder``: name, and the identity (mode, device, inode, size, mtime) of
+    the entry and, for a link, of what it points to (None: too many entries to key)."""
+    out: list[Any] = []
+    with os.scandir(folder) as it:
+        for entry in it:
+            if len(out) >= MAX_FOLDER_ENTRIES:
+                return None
+            row: list[Any] = [entry.name]
+            for follow in (False, True):
+                try:
+                    st = entry.stat(follow_symlinks=follow)
+                    row.append([st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns])
+                except OSError:
+                    row.append(None)  # a broken link
+            out.append(row)
+    return sorted(out, key=lambda r: r[0])
+
+
+def cache_key(spec: str, trust_remote_code: bool = False) -> str | None:
     """The key of ``spec``'s entry, or None when it is not cacheable (never imports torch)."""
     try:
         config = _config_fingerprint(spec.strip())
@@ -101,7 +148,7 @@ def cache_key(spec: str) -> str | None:
             return None
         from .. import __version__
 
-        parts = [VERSION, config, _version("transformers"), _version("torch"), __version__]
+        parts = [VERSION, config, bool(trust_remote_code), _version("transformers"), _version("torch"), __version__]
         parts += [_code_fingerprint(), _plugins()]
     except (OSError, ValueError) as e:
         log.debug("no cache key for %s: %s", spec, e)
@@ -109,8 +156,19 @@ def cache_key(spec: str) -> str | None:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
 
+def cacheable(spec: str) -> bool:
+    """Whether ``spec`` could have an entry at all, from its spelling (no file is read: for the window's thread)."""
+    spec = spec.strip()
+    if spec.startswith(("arch:", "demo:")):
+        return True
+    try:
+        return Path(spec).expanduser().exists()
+    except (OSError, ValueError):
+        return False
+
+
 # writing ---------------------------------------------------------------------------------
-def save(spec: str, data: Any) -> Path | None:
+def save(spec: str, data: Any, trust_remote_code: bool = False) -> Path | None:
     """Store ``data`` (the plain form of the opened model's view:
     :func:`fusion_core.plan.view.inspection_data`) for ``spec``; None if not cacheable.
 
@@ -118,7 +176,7 @@ def save(spec: str, data: Any) -> Path | None:
     :data:`MAX_ENTRIES` are removed. Errors are logged, never raised: the cache is an
     optimisation.
     """
-    key = cache_key(spec)
+    key = cache_key(spec, trust_remote_code)
     if key is None:
         return None
     try:
@@ -156,7 +214,26 @@ def from_data(data: Any, key: str, read: Callable[[Any], T]) -> T:
     return read(data.get("view"))
 
 
-def load(spec: str, read: Callable[[Any], T]) -> T | None:
+def _read_entry(path: Path) -> bytes:
+    """An entry's bytes: a regular file (no link, pipe or device: opened without following
+    links, without blocking, checked on the open handle) of at most :data:`MAX_BYTES`."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError("a symbolic link, not an entry") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > MAX_BYTES:
+            raise ValueError(f"{st.st_size:,} bytes, more than {MAX_BYTES:,}")
+        return f.read(MAX_BYTES + 1)
+
+
+def load(spec: str, read: Callable[[Any], T], trust_remote_code: bool = False) -> T | None:
     """The cached entry of ``spec`` when there is a valid one for its current key, else None.
 
     Args:
@@ -165,14 +242,18 @@ def load(spec: str, read: Callable[[Any], T]) -> T | None:
             (:func:`fusion_core.plan.view.view_from_data`; :func:`fusion_core.plan.view.cached_view`
             is this with it). An invalid entry is removed.
     """
-    key = cache_key(spec)
+    key = cache_key(spec, trust_remote_code)
     if key is None:
         return None
     path = cache_folder() / f"{key}.json"
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError:
+        raw = _read_entry(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:  # a FIFO, a link, a device, too large: never ours
+        log.warning("ignoring the model cache entry %s: %s", path, e)
+        with contextlib.suppress(OSError):
+            path.unlink()
         return None
     try:
         if len(raw) > MAX_BYTES:

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, ConfigError, ModelSourceError
+from ..errors import CheckpointError, ConfigError, ModelSourceError, quoted
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -126,8 +126,7 @@ def without_remote_code(value: Any, notes: list[str], level: int = 0) -> Any:
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return quoted(value, limit)
 
 
 def _flat_values(value: Any) -> list[Any]:
@@ -328,7 +327,7 @@ class DuplicateKeyError(ValueError):
     """A JSON object repeats a key (raised by :func:`strict_json_loads`)."""
 
     def __init__(self, key: str) -> None:
-        super().__init__(f"key {key!r} appears twice")
+        super().__init__(f"key {quoted(key)} appears twice")
         self.key = key
 
 
@@ -403,7 +402,9 @@ def read_json_object(path: Path, limit: int, error: type[Exception] = ConfigErro
     except UnicodeDecodeError:
         raise error(f"{path}: not UTF-8 text") from None
     except DuplicateKeyError as e:
-        raise error(f"{path}: key {e.key!r} appears twice; refused (tools disagree on which value counts)") from None
+        raise error(
+            f"{path}: key {quoted(e.key)} appears twice; refused (tools disagree on which value counts)"
+        ) from None
     except json.JSONDecodeError as e:
         raise error(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except RecursionError:

@@ -39,8 +39,18 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, ConfigError, ModelSourceError, RemoteCodeError, UnsafeModelError, naming, one_line
-from .checkpoint import CheckpointIndex, read_index, safe_member
+from ..errors import (
+    QUOTE_LIMIT,
+    CheckpointError,
+    ConfigError,
+    ModelSourceError,
+    RemoteCodeError,
+    UnsafeModelError,
+    naming,
+    one_line,
+    quoted,
+)
+from .checkpoint import CheckpointIndex, identify, read_index, safe_member
 from .classes import model_class_for, resolve_model_class
 from .limits import GENERATION_CONFIG, check_config_costs, side_file_limit
 from .safety import (
@@ -216,7 +226,7 @@ def config_from_dict(
     if files and not trust_remote_code:
         raise naming(
             RemoteCodeError(
-                f"{where}: config.json asks for custom code ({', '.join(files)}), which could do anything "
+                f"{where}: config.json asks for custom code ({_named(files)}), which could do anything "
                 "on this machine, so it is not opened. Fusion Inspector never runs a model's own code: "
                 "to inspect it with the class transformers ships for its model_type instead, opt in with "
                 "trust_remote_code (or by confirming in the app)",
@@ -228,25 +238,32 @@ def config_from_dict(
     if not model_type or not isinstance(model_type, str):
         raise ConfigError(f"{where}: config.json has no 'model_type'; cannot tell the architecture")
     if model_type not in CONFIG_MAPPING:
-        custom = f"; its custom code ({', '.join(files)}) is never run by Fusion Inspector" if files else ""
+        custom = f"; its custom code ({_named(files)}) is never run by Fusion Inspector" if files else ""
         raise ConfigError(
-            f"{where}: unknown model_type {model_type!r}: this transformers does not know it{custom} "
+            f"{where}: unknown model_type {quoted(model_type)}: this transformers does not know it{custom} "
             "(upgrade transformers, or check the config)"
         )
     check_model_size(data, where)
     check_config_costs(data, where)
     if files:
         notes.append(
-            f"custom code in config.json ({', '.join(files)}) was not run: shown with the class transformers "
-            f"ships for model_type {model_type!r}, which may differ from the custom code"
+            f"custom code in config.json ({_named(files)}) was not run: shown with the class transformers "
+            f"ships for model_type {quoted(model_type)}, which may differ from the custom code"
         )
     data = without_remote_code(data, notes)
     try:
         return CONFIG_MAPPING[model_type].from_dict(data)
     except Exception as e:  # config classes raise many types on bad values
         raise ConfigError(
-            f"{where}: config values rejected by {model_type!r}: {one_line(e, first=True, limit=300)}"
+            f"{where}: config values rejected by {quoted(model_type)}: {one_line(e, first=True, limit=300)}"
         ) from e
+
+
+def _named(files: list[str], most: int = 8) -> str:
+    """The custom code files a config names, for a message: bounded in count and length."""
+    shown = [f if len(f) <= QUOTE_LIMIT else quoted(f) for f in files[:most]]
+    more = f" and {len(files) - most:,} more" if len(files) > most else ""
+    return ", ".join(shown) + more
 
 
 def _from_arch(spec: str, model_type: str, model_class: str | None) -> ModelSource:
@@ -281,6 +298,13 @@ def _from_config_file(spec: str, path: Path, trust: bool, model_class: str | Non
         checkpoint = _checkpoint_of(folder)
         _check_explicit_weights(data, folder, checkpoint)
         check_side_files(folder)
+        generation = folder / GENERATION_CONFIG
+        if checkpoint is not None:  # a load reads config.json (for generation defaults) and generation_config.json
+            checkpoint.identities[CONFIG_FILE] = identify(path, MAX_CONFIG_BYTES, ConfigError)
+        if checkpoint is not None and os.path.lexists(generation):
+            checkpoint.identities[GENERATION_CONFIG] = identify(
+                generation, side_file_limit(GENERATION_CONFIG) or 0, ConfigError
+            )
     return ModelSource(
         spec=spec,
         kind="folder",
@@ -316,7 +340,7 @@ def _check_explicit_weights(data: dict[str, Any], folder: Path, checkpoint: Chec
         return
     used = f"{ours}, the checkpoint Fusion Inspector validates" if ours else "no safetensors checkpoint"
     raise UnsafeModelError(
-        f"{folder / CONFIG_FILE}: transformers_weights names {str(named)[:200]!r}, so transformers would load "
+        f"{folder / CONFIG_FILE}: transformers_weights names {quoted(named)}, so transformers would load "
         f"that file instead of {used}; refused (the weights checked must be the weights loaded). Remove the "
         "field, or convert that file to model.safetensors"
     )

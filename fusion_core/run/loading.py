@@ -197,7 +197,10 @@ def from_pretrained(
     try:
         with upstream_fusion_suspended(notes):
             if state_dict is None:
-                model, info = loader(str(source.folder), **kwargs)
+                assert source.checkpoint is not None
+                # a folder of exactly the files validated at the open, re-verified and held open
+                with source.checkpoint.pinned() as folder:
+                    model, info = loader(str(folder), **kwargs)
             else:
                 model, info = loader(None, state_dict=state_dict, **kwargs)
     except (OSError, RuntimeError, ValueError, KeyError) as e:
@@ -463,8 +466,6 @@ def load_plain(
 
 def _original_state_dict(source: ModelSource, plan: FusionPlan) -> dict[str, Any]:
     """Read a fused-layout checkpoint into original-layout tensors (checkpoint key names)."""
-    from ..model.checkpoint import open_shard
-
     ckpt = source.checkpoint
     assert ckpt is not None and source.folder is not None
     by_file: dict[str, list[str]] = {}
@@ -472,7 +473,7 @@ def _original_state_dict(source: ModelSource, plan: FusionPlan) -> dict[str, Any
         by_file.setdefault(info.file, []).append(key)
     tensors: dict[str, Any] = {}
     for name, keys in by_file.items():
-        with open_shard(source.folder, name) as f:
+        with ckpt.open(name) as f:
             for key in keys:
                 tensors[key] = f.get_tensor(key)
     for ct in plan.checkpoint_transforms:

@@ -76,7 +76,6 @@ def materialize(plan: FusionPlan, path: str, dtype: str, device: str) -> nn.Modu
     """
     import torch
 
-    from ..model.checkpoint import open_shard
     from ..plan.key_names import Found
 
     insp = plan.inspection
@@ -101,7 +100,7 @@ def materialize(plan: FusionPlan, path: str, dtype: str, device: str) -> nn.Modu
         by_file.setdefault(src.checkpoint.tensors[hit.key].file, []).append((name, hit.key))
     state: dict[str, Any] = {}
     for file, pairs in by_file.items():
-        with open_shard(src.folder, file) as f:
+        with src.checkpoint.open(file) as f:
             for name, key in pairs:
                 state[name] = f.get_tensor(key)
     module.load_state_dict(state, strict=True, assign=True)

@@ -133,6 +133,8 @@ def _request(plan: FusionPlan, workload: Workload) -> dict[str, Any]:
     """What the worker is asked: everything it needs to load, fuse and run the model of ``plan``."""
     known, _ = _known_families(plan)
     source = plan.source
+    if source.checkpoint is not None:  # the child loads the folder itself: it must still hold what was validated
+        source.checkpoint.verify()
     return {
         "folder": str(Path(source.folder).resolve()),  # the worker runs in a neutral directory
         "model_class": source.model_class.__name__,

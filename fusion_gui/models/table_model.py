@@ -10,6 +10,8 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QHeaderView
 
+from ..format import plain_tip
+
 Index = QModelIndex | QPersistentModelIndex
 RowRole = Qt.ItemDataRole.UserRole + 1  # the whole row dict
 SortRole = Qt.ItemDataRole.UserRole + 2  # raw value for sorting
@@ -64,6 +66,8 @@ class RowsTableModel(QAbstractTableModel):
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         value = self._data(index, role)
+        if role == Qt.ItemDataRole.ToolTipRole and isinstance(value, str):
+            return plain_tip(value)  # cells quote keys and names from the model folder: never markup
         return value
 
     def _data(self, index: Index, role: int) -> Any:

@@ -9,6 +9,7 @@ family never waits for it.
 
 from __future__ import annotations
 
+import html
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QModelIndex, Qt, QTimer, Signal
@@ -182,7 +183,7 @@ class DiffPanel(QWidget):
 
     def _show(self, diff: Any) -> None:
         if diff is None:
-            self._set_summary(self.state.plan_error or "Open a model to compare it with its fused form.")
+            self._set_summary(html.escape(self.state.plan_error) or "Open a model to compare it with its fused form.")
         else:
             c = diff.counts()
             ok = "equal" if diff.params_equal else "<b>DIFFERENT</b>"

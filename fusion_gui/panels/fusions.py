@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 from fusion_core.plan.view import FamilyInfo
 
 from .. import style
-from ..format import natural_key
+from ..format import natural_key, plain_tip
 
 if TYPE_CHECKING:
     from ..state import AppState
@@ -181,7 +181,7 @@ class FusionsPanel(QWidget):
                 )
                 item.setCheckState(Qt.CheckState.Checked if name in self.state.enabled else Qt.CheckState.Unchecked)
                 item.setIcon(style.fused_icon(colours[name]))
-                item.setToolTip(family_tooltip(info, d))
+                item.setToolTip(plain_tip(family_tooltip(info, d)))
                 self.list.addItem(item)
             if 0 <= current < self.list.count():
                 self.list.setCurrentRow(current)

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from .. import style
-from ..format import in_scope, natural_key
+from ..format import in_scope, natural_key, plain_tip
 
 if TYPE_CHECKING:
     from fusion_core.plan.view import PlanView
@@ -88,7 +88,7 @@ class MappingPanel(QWidget):
             for class_path, matches in by_class.items():
                 first = matches[0]
                 top = QTreeWidgetItem([first.class_name, first.fused_class_name, fam.name, str(len(matches))])
-                top.setToolTip(0, class_path)
+                top.setToolTip(0, plain_tip(class_path))
                 top.setIcon(0, style.fused_icon(colours.get(fam.name, style.FAMILY_COLOURS[0])))
                 top.setTextAlignment(3, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 for m in matches:

@@ -23,6 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..format import plain_tip
+
 if TYPE_CHECKING:
     from ..state import AppState, ModelLists
 
@@ -122,7 +124,7 @@ class OpenDialog(QDialog):
     def _add(widget: QListWidget, text: str, spec: str, tip: str = "") -> None:
         item = QListWidgetItem(text)
         item.setData(SpecRole, spec)
-        item.setToolTip(tip or spec)
+        item.setToolTip(plain_tip(tip or spec))
         widget.addItem(item)
 
     def _on_lists_loaded(self, lists: ModelLists) -> None:

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 from fusion_core.boundary.convert import to_plain
 
 from .. import style
-from ..format import in_scope, natural_key, shape_text
+from ..format import in_scope, natural_key, plain_tip, shape_text
 from ..models.elide import KeyElideDelegate
 
 if TYPE_CHECKING:
@@ -232,7 +232,7 @@ class TransformsPanel(QWidget):
             head = [QStandardItem(f"{module}   ·  {len(rows)} key(s), {family}")]
             head[0].setIcon(style.fused_icon(colours.get(family, style.FAMILY_COLOURS[0])))
             head[0].setFont(bold)
-            head[0].setToolTip(f"module {module} ({family}); double-click to select it in the tree")
+            head[0].setToolTip(plain_tip(f"module {module} ({family}); double-click to select it in the tree"))
             for item in head:
                 item.setEditable(False)
                 item.setData(module, ModuleRole)
@@ -244,8 +244,8 @@ class TransformsPanel(QWidget):
                     item.setEditable(False)
                     item.setData(module, ModuleRole)
                     item.setData(row, RowRole)
-                    item.setToolTip(str(cells[col]) if col in KEY_COLUMNS else "")
-                items[0].setToolTip(f"{row['source_key']}\nmodule: {module} ({family})")
+                    item.setToolTip(plain_tip(str(cells[col])) if col in KEY_COLUMNS else "")
+                items[0].setToolTip(plain_tip(f"{row['source_key']}\nmodule: {module} ({family})"))
                 head[0].appendRow(items)
             root.appendRow(head)
             self.table.setFirstColumnSpanned(root.rowCount() - 1, root.index(), True)

@@ -101,6 +101,7 @@ class TreePanel(QWidget):
         self.busy.setTextVisible(False)
         self.busy.hide()
         self.placeholder = QLabel("Opening…")
+        self.placeholder.setTextFormat(Qt.TextFormat.PlainText)  # it quotes the spec being opened
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.placeholder.setProperty("role", "hint")
         self.placeholder.hide()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -68,7 +69,8 @@ def test_key_follows_the_config_content(tmp_path, qwen2_vl_dir):
     folder = tmp_path / "model"
     shutil.copytree(qwen2_vl_dir, folder)
     key = cache.cache_key(str(folder))
-    assert key == cache.cache_key(str(folder / "config.json")) == cache.cache_key(str(qwen2_vl_dir))
+    assert key == cache.cache_key(str(folder / "config.json"))
+    assert key != cache.cache_key(str(qwen2_vl_dir))  # the same config in another folder (issue 20, item 3)
     _saved(str(folder))
     config = json.loads((folder / "config.json").read_text())
     config["text_config"]["intermediate_size"] = 96
@@ -115,3 +117,53 @@ def test_oversized_entry_is_not_read(llama_dir, monkeypatch):
     _, path = _saved(spec)
     monkeypatch.setattr(cache, "MAX_BYTES", path.stat().st_size - 1)
     assert cached_view(spec) is None and not path.exists()
+
+
+# issue 20, items 3 and 7: a key that covers what is shown; entries that cannot block or lie
+def test_same_config_with_other_weights_or_folder_is_another_key(tmp_path, llama_dir):
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(llama_dir, a)
+    shutil.copytree(llama_dir, b)
+    _saved(str(a))
+    assert cached_view(str(a)) is not None
+    assert cached_view(str(b)) is None  # same config bytes, another folder
+    (b / "model.safetensors").unlink()
+    (b / "pytorch_model.bin").write_bytes(b"pickle")  # the issue's folder B: only pickle weights
+    assert cached_view(str(b)) is None
+    key = cache.cache_key(str(a))
+    (a / "model.safetensors").write_bytes((a / "model.safetensors").read_bytes())  # other bytes, new mtime
+    assert cache.cache_key(str(a)) != key
+    key = cache.cache_key(str(a))
+    (a / "tokenizer_config.json").write_text("{}")  # a side file appears
+    assert cache.cache_key(str(a)) != key
+    assert cache.cache_key(str(a), trust_remote_code=True) != cache.cache_key(str(a))
+
+
+def test_custom_code_is_found_in_the_parsed_keys(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "auto\\u005fmap": {"AutoModel": "x.Y"}}')
+    assert b"auto_map" not in (tmp_path / "config.json").read_bytes()
+    assert cache.cache_key(str(tmp_path)) is None
+
+
+def test_a_fifo_config_is_not_read(tmp_path):
+    os.mkfifo(tmp_path / "config.json")
+    assert cache.cache_key(str(tmp_path)) is None  # returns at once: the pipe is never opened blocking
+
+
+@pytest.mark.parametrize("plant", ["fifo", "symlink", "huge"])
+def test_planted_entries_are_removed_unread(llama_dir, tmp_path, plant):
+    spec = str(llama_dir)
+    _, path = _saved(spec)
+    real = path.read_bytes()
+    path.unlink()
+    if plant == "fifo":
+        os.mkfifo(path)  # reading it would block start-up for good
+    elif plant == "symlink":
+        (tmp_path / "elsewhere.json").write_bytes(real)  # a valid entry, but not the cache's own file
+        path.symlink_to(tmp_path / "elsewhere.json")
+    else:
+        with open(path, "wb") as f:
+            f.truncate(cache.MAX_BYTES + 1)  # sparse
+    assert cached_view(spec) is None
+    assert not os.path.lexists(path)
+    assert (tmp_path / "elsewhere.json").exists() or plant != "symlink"

@@ -103,3 +103,49 @@ def test_small_bounded_side_files_still_open(llama_dir: Path, tmp_path: Path) ->
     (folder / "generation_config.json").write_text('{"max_length": 20,')
     with pytest.raises(ConfigError, match=r"generation_config\.json: not valid JSON"):
         resolve(str(folder))
+
+
+# issue 20, item 5: the parse cost of a header or an index is bounded before the JSON is parsed
+def _header_bomb(path: Path, count: int) -> None:
+    """A valid safetensors file of ``count`` one-byte tensors (the 99 MB header of the issue), built fast."""
+    entries = b",".join(b'"%x":{"dtype":"U8","shape":[1],"data_offsets":[%d,%d]}' % (i, i, i + 1) for i in range(count))
+    raw = b"{" + entries + b"}"
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(raw)
+        f.truncate(8 + len(raw) + count)  # the data section: zeros, sparse
+
+
+def test_header_of_a_million_and_a_half_tensors(llama_dir: Path, tmp_path: Path) -> None:
+    from fusion_core.model.checkpoint import MAX_HEADER_BYTES, MAX_TENSORS
+
+    folder = tmp_path / "tensors"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((llama_dir / "config.json").read_bytes())
+    _header_bomb(folder / "model.safetensors", 1_480_000)
+    assert 90e6 < (folder / "model.safetensors").stat().st_size - 1_480_000 < MAX_HEADER_BYTES
+    result, err = _probe("plan", str(folder))
+    assert result["code"] == 1
+    _one_line(err, 1, "model.safetensors", f"{MAX_TENSORS:,} tensors", "refused before parsing")
+
+
+def test_index_of_eight_million_entries(llama_dir: Path, tmp_path: Path) -> None:
+    from fusion_core.model.checkpoint import MAX_INDEX_BYTES, MAX_INDEX_ENTRIES
+
+    folder = tmp_path / "entries"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((llama_dir / "config.json").read_bytes())
+    entries = b",".join(b'"%x":"a"' % i for i in range(8_000_000))
+    (folder / "model.safetensors.index.json").write_bytes(b'{"weight_map":{' + entries + b"}}")
+    assert 80e6 < (folder / "model.safetensors.index.json").stat().st_size < MAX_INDEX_BYTES
+    result, err = _probe("plan", str(folder))
+    assert result["code"] == 1
+    _one_line(err, 1, "model.safetensors.index.json", f"{MAX_INDEX_ENTRIES:,} weight_map entries")
+
+
+def test_real_sized_headers_and_indexes_still_parse(tmp_path: Path) -> None:
+    """The bounds are generous: 60,000 tensors in one header (more than the largest public checkpoints)."""
+    from fusion_core.model.checkpoint import read_header
+
+    _header_bomb(tmp_path / "big.safetensors", 60_000)
+    assert len(read_header(tmp_path / "big.safetensors").tensors) == 60_000
