@@ -12,6 +12,7 @@ Importing this module imports neither torch nor transformers.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -167,6 +168,9 @@ class CheckOptions:
                 object.__setattr__(self, name, str(value))
                 if not getattr(self, name):
                     raise OptionError(name, "must name a file")
+        for name, path in [("image", p) for p in images] + [("video", self.video), ("audio", self.audio)]:
+            if path is not None and not os.path.isfile(os.path.expanduser(path)):  # before the model opens
+                raise OptionError(name, f"{path[:200]!r}: no such file")
 
     @classmethod
     def build(cls, **settings: Any) -> CheckOptions:

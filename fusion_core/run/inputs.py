@@ -161,7 +161,12 @@ def _grid_inputs(
 
 
 def video_grid_inputs(
-    entry: nn.Module, conv: nn.Module, params: dict, workload: Workload, frames: list | None = None
+    entry: nn.Module,
+    conv: nn.Module,
+    params: dict,
+    workload: Workload,
+    frames: list | None = None,
+    text_ids: list[int] | None = None,
 ) -> ModelInputs:
     """A clip for a Qwen-VL-like grid model (``pixel_values_videos`` + ``video_grid_thw``).
 
@@ -214,7 +219,7 @@ def video_grid_inputs(
         start = config_value(config, "vision_start_token_id")
         end = config_value(config, "vision_end_token_id")
         gen = _generator(workload.seed + 1)
-        text = _text_ids(config, max(4, (workload.seq_len or 8) // 2), gen)
+        text = text_ids if text_ids is not None else _text_ids(config, max(4, (workload.seq_len or 8) // 2), gen)
         ids = ([start] if start is not None else []) + [video_id] * (t * h * w // (merge * merge))
         ids += ([end] if end is not None else []) + text
         input_ids = torch.tensor([ids] * n)

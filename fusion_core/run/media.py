@@ -129,7 +129,7 @@ def read_audio(path: str, sampling_rate: int) -> Media:
     if not len(wave):
         raise CheckError(f"--audio {printable(file.name)}: no samples")
     if rate != sampling_rate:
-        n = max(1, int(round(len(wave) * sampling_rate / rate)))
+        n = max(1, round(len(wave) * sampling_rate / rate))
         wave = np.interp(np.linspace(0, len(wave) - 1, n), np.arange(len(wave)), wave).astype(np.float32)
     return Media("audio", [wave], file.name, sampling_rate)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckError, one_line
+from ..text import printable
 from .inputs import DEFAULT_GRID_IMAGE_SIZE, ModelInputs, candidate_inputs, entry_module, patch_conv
 from .media import DEFAULT_AUDIO_SECONDS, DEFAULT_FRAMES, Media
 from .results import FedInput
@@ -126,7 +127,15 @@ def _wrapped(proc: Any, kind: str) -> str:
 
 
 def _processed(
-    proc: Any, media: Media, prompt: str, params: dict, dtype: Any, workload: Workload, entry_path: str, label: str
+    proc: Any,
+    media: Media,
+    prompt: str,
+    params: dict,
+    dtype: Any,
+    workload: Workload,
+    entry_path: str,
+    label: str,
+    given: bool = False,
 ) -> ModelInputs:
     """``media`` and ``prompt`` through ``proc``: the model's keyword arguments, and what was fed."""
     import torch
@@ -161,7 +170,9 @@ def _processed(
     fed = [FedInput(label, media.kind, len(items), media.size(), media.source)]
     if "input_ids" in kept:
         ids = kept["input_ids"]
-        fed.append(FedInput(label, "text", int(ids.shape[0]), f"{ids.shape[-1]} tokens", "prompt" if prompt else ""))
+        fed.append(
+            FedInput(label, "text", int(ids.shape[0]), f"{ids.shape[-1]} tokens", "prompt" if given else "synthetic")
+        )
     inputs = ModelInputs(entry_path, kept, label, [], fed=fed)
     return inputs
 
@@ -172,18 +183,22 @@ def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
     fed = []
     if "image_grid_thw" in kw:
         g = kw["image_grid_thw"]
-        fed.append(FedInput(label, "image", int(g.shape[0]), f"grid {'x'.join(map(str, g[0].tolist()))} patches"))
+        fed.append(
+            FedInput(label, "image", int(g.shape[0]), f"grid {'x'.join(map(str, g[0].tolist()))} patches", "synthetic")
+        )
     if "video_grid_thw" in kw:
         g = kw["video_grid_thw"]
-        fed.append(FedInput(label, "video", int(g.shape[0]), f"grid {'x'.join(map(str, g[0].tolist()))} tubelets"))
+        fed.append(
+            FedInput(label, "video", int(g.shape[0]), f"grid {'x'.join(map(str, g[0].tolist()))} tubelets", "synthetic")
+        )
     for key in ("pixel_values", "pixel_values_videos"):
         v = kw.get(key)
         if v is not None and v.dim() >= 4 and "image_grid_thw" not in kw and "video_grid_thw" not in kw:
             kind = "video" if (key.endswith("videos") or v.dim() == 5) else "image"
-            fed.append(FedInput(label, kind, int(v.shape[0]), f"{v.shape[-1]}x{v.shape[-2]} px"))
+            fed.append(FedInput(label, kind, int(v.shape[0]), f"{v.shape[-1]}x{v.shape[-2]} px", "synthetic"))
     ids = kw.get("input_ids")
     if ids is not None:
-        fed.append(FedInput(label, "text", int(ids.shape[0]), f"{ids.shape[-1]} tokens"))
+        fed.append(FedInput(label, "text", int(ids.shape[0]), f"{ids.shape[-1]} tokens", "synthetic"))
     return fed
 
 
@@ -250,8 +265,10 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
         )
         if handles:
             try:
-                made = _processed(proc, m, prompt, params, dtype, workload, entry_path, label)
-                where = "your files" if user else f"synthetic {m.kind} ({m.size()})"
+                made = _processed(
+                    proc, m, prompt, params, dtype, workload, entry_path, label, options.prompt is not None
+                )
+                where = printable(m.source) if user else f"synthetic {m.kind} ({m.size()})"
                 made.notes.append(f"{label}: {where} through {proc_note}")
                 if user or options.prompt is not None:
                     made.kind = PROCESSOR_KIND
@@ -287,7 +304,10 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
         elif proc_note and proc is None:
             group.notes.append(f"{label}: no processor ({proc_note}); inputs made from the config")
         elif user and m.kind == "video":
-            group.candidates += _user_video_grid(model, paths, m, workload, params)
+            text_ids = None
+            if options.prompt is not None:
+                text_ids = tokenizer_for(folder, config)[0](options.prompt)["input_ids"]
+            group.candidates += _user_video_grid(model, paths, m, workload, params, text_ids)
         if user and not group.candidates:
             raise CheckError(f"--{m.kind}: {name}'s processor takes no {m.kind} here ({proc_note or 'none'})")
         if not user:
@@ -369,7 +389,7 @@ def _counted(
     per_row = count // n
     start = config_value(config, "boi_token_index", "vision_start_token_id", "image_start_token_id")
     end = config_value(config, "eoi_token_index", "vision_end_token_id", "image_end_token_id")
-    if prompt and not media.source == "synthetic":
+    if prompt and media.source != "synthetic":
         text = synthetic_tokenizer(config)(prompt)["input_ids"]
     else:
         text = _text_ids(config, len(prompt) or 8, _generator(workload.seed))
@@ -382,7 +402,9 @@ def _counted(
     if "return_dict" in params:
         kept["return_dict"] = True
     fed = [FedInput(label, "image", len(items), media.size(), media.source)]
-    fed.append(FedInput(label, "text", n, f"{len(ids)} tokens", "prompt" if prompt else ""))
+    fed.append(
+        FedInput(label, "text", n, f"{len(ids)} tokens", "synthetic" if media.source == "synthetic" else "prompt")
+    )
     return ModelInputs(entry_path, kept, label, [], fed=fed)
 
 
@@ -399,7 +421,9 @@ def _config_candidates(model: nn.Module, paths: list[str], workload: Workload) -
         return []
 
 
-def _user_video_grid(model: nn.Module, paths: list[str], media: Media, workload: Workload, params: dict) -> list:
+def _user_video_grid(
+    model: nn.Module, paths: list[str], media: Media, workload: Workload, params: dict, text_ids: list[int] | None
+) -> list:
     """A Qwen-VL-like grid model's video inputs from real frames (its video processor needs torchvision)."""
     from .inputs import video_grid_inputs
 
@@ -407,10 +431,11 @@ def _user_video_grid(model: nn.Module, paths: list[str], media: Media, workload:
     if conv is None or "video_grid_thw" not in params:
         return []
     entry_path, entry = _entry(model, paths)
-    made = video_grid_inputs(entry, conv, params, workload, frames=media.items[0])
+    made = video_grid_inputs(entry, conv, params, workload, frames=media.items[0], text_ids=text_ids)
     made.entry = entry_path
     made.fed = [FedInput("video+text", "video", 1, media.size(), media.source)]
     made.fed += _fed_of(made, "video+text")[-1:]
+    made.fed[-1].source = "prompt" if text_ids is not None else "synthetic"
     made.kind = PROCESSOR_KIND
     made.notes.append(f"video+text: frames of {media.source} patched as the model's video processor would")
     return [made]

@@ -22,19 +22,18 @@ processor gets none, and video inputs are made from the config
 from __future__ import annotations
 
 import inspect
-import string
 from typing import TYPE_CHECKING, Any
 
 from ..families._sample_inputs import config_value
+from ..model.tokenizer import special_tokens, synthetic_tokenizer
+
+__all__ = ["processor_for", "processor_from_config", "special_tokens", "synthetic_tokenizer", "tokenizer_for"]
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-_ID_SUFFIXES = ("_token_index", "_token_id", "_index", "_id")
-#: config keys whose value is a token id but whose name says nothing of a token
-_NOT_TOKENS = {"layer_index", "vision_feature_layer_index", "pad_token_id_for_loss"}
 #: the processor's own arguments, read from these config keys (first found, nested configs searched)
 _PROCESSOR_ARGS = {
     "patch_size": ("patch_size",),
@@ -53,80 +52,10 @@ def _model_type(config: Any) -> str:
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
     if kind not in PROCESSOR_MAPPING_NAMES:  # e.g. qwen2_5_omni_thinker -> qwen2_5_omni
-        for suffix in ("_thinker", "_text", "_vision"):
+        for suffix in ("_thinker", "_text", "_vision_model", "_vision"):
             if kind.endswith(suffix) and kind[: -len(suffix)] in PROCESSOR_MAPPING_NAMES:
                 return kind[: -len(suffix)]
     return kind
-
-
-def special_tokens(config: Any) -> dict[str, int]:
-    """Token names the processor may look for (``image_token``, ``boi_token``...) -> the config's id."""
-    from transformers import PretrainedConfig
-
-    found: dict[str, int] = {}
-    stack = [config]
-    while stack:
-        cfg = stack.pop(0)
-        for key, value in vars(cfg).items():
-            if isinstance(value, PretrainedConfig):
-                stack.append(value)
-                continue
-            if key in _NOT_TOKENS or not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                continue
-            for suffix in _ID_SUFFIXES:
-                if key.endswith(suffix) and (
-                    "token" in key or key.startswith(("boi", "eoi", "image", "video", "audio"))
-                ):
-                    base = key[: -len(suffix)]
-                    name = base if base.endswith("_token") else base + "_token"
-                    found.setdefault(name, value)
-                    break
-    return found
-
-
-def synthetic_tokenizer(config: Any, strings: dict[str, str] | None = None) -> Any:
-    """A tokenizer for a checkpoint that ships none: characters as tokens, plus the config's special tokens.
-
-    Args:
-        config: the model config (vocab size, special token ids).
-        strings: token name -> the text the processor writes for it (default ``<|name|>``).
-    """
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab_size = int(config_value(config, "vocab_size") or 1000)
-    ids = special_tokens(config)
-    strings = dict(strings or {})
-    names = {name: strings.get(name, f"<|{name.removesuffix('_token')}|>") for name in ids}
-    vocab: dict[str, int] = {}
-    taken = set(ids.values())
-    for name, i in ids.items():
-        vocab.setdefault(names[name], i)
-    free = (i for i in range(vocab_size) if i not in taken)
-    unk = next(free, 0)
-    vocab.setdefault("<unk>", unk)
-    for text in strings.values():  # a token the processor writes that the config gives no id
-        if text not in vocab:
-            vocab[text] = next(free, unk)
-    for ch in string.printable:
-        if ch not in vocab:
-            nxt = next(free, None)
-            if nxt is None:
-                break
-            vocab[ch] = nxt
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    roles = {"bos_token": "bos_token", "eos_token": "eos_token", "pad_token": "pad_token"}
-    named = {role: names[key] for key, role in roles.items() if key in names}
-    extra = {n: s for n, s in names.items() if n not in roles}
-    for name, text in list(extra.items()):  # vision_start_token is vision_bos_token to another processor
-        for a, b in (("_start_token", "_bos_token"), ("_end_token", "_eos_token")):
-            if name.endswith(a):
-                extra.setdefault(name.removesuffix(a) + b, text)
-    extra.update({n: s for n, s in strings.items() if n not in names and n not in roles})
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", extra_special_tokens=extra, **named)
-    fast.add_special_tokens({"additional_special_tokens": sorted(set(names.values()) | set(strings.values()))})
-    return fast
 
 
 def _sized(default: Any, side: int, scale: float = 1.0) -> dict[str, int] | None:
@@ -213,8 +142,14 @@ def _feature_extractor(model_type: str, config: Any) -> Any:
     return cls(**kwargs)
 
 
-def processor_from_config(config: Any) -> tuple[Any, str]:
+def processor_from_config(config: Any, folder: Path | None = None) -> tuple[Any, str]:
     """The processor class transformers maps to ``config``'s model type, built from the config.
+
+    Args:
+        config: the model config.
+        folder: a checkpoint folder whose image processor, feature extractor and tokenizer
+            files, where present, are loaded instead of built (a processor whose video
+            processor cannot load here).
 
     Returns:
         (processor or ``None``, what was built or why not)
@@ -229,8 +164,15 @@ def processor_from_config(config: Any) -> tuple[Any, str]:
         return None, f"transformers maps no processor to model type {model_type!r}"
     wanted = list(cls.get_attributes())
     parts: dict[str, Any] = {}
+    loaded: list[str] = []
     for attr in wanted:
-        if attr == "image_processor":
+        if attr in ("image_processor", "feature_extractor") and folder_has(folder, ("preprocessor_config.json",)):
+            from transformers import AutoFeatureExtractor, AutoImageProcessor
+
+            auto = AutoImageProcessor if attr == "image_processor" else AutoFeatureExtractor
+            parts[attr] = auto.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+            loaded.append(attr)
+        elif attr == "image_processor":
             parts[attr] = _image_processor(model_type, config)
         elif attr == "feature_extractor":
             parts[attr] = _feature_extractor(model_type, config)
@@ -252,8 +194,13 @@ def processor_from_config(config: Any) -> tuple[Any, str]:
         if side and patch:
             extra["image_seq_len"] = int((int(side) // int(patch)) ** 2 / (int(factor) ** 2))
     strings: dict[str, str] = {}
+    own_tokenizer = folder_has(folder, TOKENIZER_FILES)
     for _ in range(2):  # once with our token strings, again with those the processor writes itself
-        parts["tokenizer"] = synthetic_tokenizer(config, strings)
+        if own_tokenizer:
+            parts["tokenizer"] = tokenizer_for(folder, config)[0]
+            loaded.append("tokenizer")
+        else:
+            parts["tokenizer"] = synthetic_tokenizer(config, strings)
         try:
             proc = cls(**parts, **extra)
         except Exception as e:  # a processor that cannot be built from the config: say why
@@ -261,11 +208,14 @@ def processor_from_config(config: Any) -> tuple[Any, str]:
 
             return None, f"{name} cannot be built from the config ({one_line(e, first=True, named=True, limit=200)})"
         own = _written_tokens(proc, parts["tokenizer"])
-        if not own or own.items() <= strings.items():
+        if own_tokenizer or not own or own.items() <= strings.items():
             break
         strings.update(own)
-    proc.chat_template = None  # a template in the class's code writes token strings of the real tokenizer
+    if not own_tokenizer:
+        proc.chat_template = None  # a template in the class's code writes the real tokenizer's token strings
     built = ", ".join(type(p).__name__ for p in parts.values() if p is not None)
+    if loaded:
+        return proc, f"{name} from the checkpoint's files ({built}; no video processor: it needs torchvision)"
     return proc, f"{name} built from the config ({built}; a tokenizer of characters and the config's special tokens)"
 
 
@@ -318,8 +268,13 @@ def processor_for(folder: Path | None, config: Any) -> tuple[Any, str]:
     if folder_has(folder, PROCESSOR_FILES):
         from transformers import AutoProcessor
 
-        proc = AutoProcessor.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+        try:
+            proc = AutoProcessor.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+        except ImportError:  # a video processor that needs torchvision: the other parts from the files
+            return processor_from_config(config, folder)
         return proc, f"the checkpoint's own {type(proc).__name__}"
+    if folder_has(folder, TOKENIZER_FILES):
+        return processor_from_config(config, folder)
     return processor_from_config(config)
 
 
