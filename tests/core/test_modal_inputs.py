@@ -133,7 +133,7 @@ def test_audio_file_through_a_config_built_processor(folders: dict[str, Path], t
     result = check(folders["qwen2_audio"], {"qkv": True}, audio=str(wav), prompt="hi", **FAST)
     e = result.end_to_end
     assert result.passed and e.input_kind == "processor"
-    assert [(f.modality, f.size, f.source) for f in e.inputs][0] == ("audio", "1.00 s at 16000 Hz", "tone.wav")
+    assert (e.inputs[0].modality, e.inputs[0].size, e.inputs[0].source) == ("audio", "1.00 s at 16000 Hz", "tone.wav")
     assert all(m.verified_by == "end-to-end inputs" for m in result.modules)
 
 
