@@ -21,6 +21,10 @@ def _vocab_size(config: Any) -> int:
     """``vocab_size`` of the config or its nearest sub-config (the text model's), breadth first."""
     from transformers import PretrainedConfig
 
+    getter = getattr(config, "get_text_config", None)
+    text = getter() if callable(getter) else None
+    if isinstance(getattr(text, "vocab_size", None), int) and text.vocab_size > 0:
+        return int(text.vocab_size)
     queue = [config]
     while queue:
         cfg = queue.pop(0)

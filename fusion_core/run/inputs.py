@@ -108,11 +108,22 @@ def _generator(seed: int) -> torch.Generator:
 def _text_ids(config: Any, count: int, gen: torch.Generator) -> list[int]:
     import torch
 
-    vocab = int(config_value(config, "vocab_size") or 1000)
+    vocab = text_vocab_size(config)
     specials = special_token_ids(config)
     pool = [i for i in range(3, min(vocab, 4096)) if i not in specials] or list(range(vocab))
     picks = torch.randint(0, len(pool), (count,), generator=gen).tolist()
     return [pool[i] for i in picks]
+
+
+def text_vocab_size(config: Any) -> int:
+    """The language model's vocabulary: its text config's (a top-level ``vocab_size`` may be a default
+    that the embedding does not have, e.g. PaliGemma's 257152 over a 300-token text model)."""
+    getter = getattr(config, "get_text_config", None)
+    text = getter() if callable(getter) else None
+    value = getattr(text, "vocab_size", None)
+    if isinstance(value, int) and value > 0:
+        return value
+    return int(config_value(config, "vocab_size") or 1000)
 
 
 def _signature(module: nn.Module) -> dict[str, inspect.Parameter]:

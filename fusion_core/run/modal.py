@@ -282,32 +282,37 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
                 if user:
                     raise CheckError(f"--{m.kind}: the processor failed on {m.source} ({why})") from None
                 group.notes.append(f"{label}: the processor failed ({why}); inputs made from the config instead")
-        elif m.kind == "image" and proc is None and "input_ids" in params:
-            try:  # the image processor alone; as many image tokens as the model makes features
-                made = _counted(model, paths, folder, config, m, prompt, params, dtype, workload, label)
-                made.notes.append(
-                    f"{label}: no processor ({proc_note}); {m.source} image through the model's "
-                    "image processor, as many image tokens as its image features"
-                )
-                if user or options.prompt is not None:
-                    made.kind = PROCESSOR_KIND
-                group.candidates.append(made)
-            except Exception as e:  # no image processor either: inputs from the config
-                why = one_line(e, first=True, named=True, limit=200)
-                if user:
-                    raise CheckError(
-                        f"--image: no processor ({proc_note}), and its image processor failed ({why})"
-                    ) from None
-                group.notes.append(
-                    f"{label}: no processor ({proc_note}; image processor: {why}); inputs made from the config"
-                )
-        elif proc_note and proc is None:
+        elif proc_note and proc is None and not (m.kind == "image" and "input_ids" in params):
             group.notes.append(f"{label}: no processor ({proc_note}); inputs made from the config")
         elif user and m.kind == "video":
             text_ids = None
             if options.prompt is not None:
                 text_ids = tokenizer_for(folder, config)[0](options.prompt)["input_ids"]
             group.candidates += _user_video_grid(model, paths, m, workload, params, text_ids)
+        if m.kind == "image" and "input_ids" in params:
+            # next (or where the processor cannot be built): the image processor alone, and as
+            # many image tokens as the model makes image features (its token strings may not be
+            # the config's: a processor built from the config can miscount)
+            try:
+                made = _counted(model, paths, folder, config, m, prompt, params, dtype, workload, label)
+                how = f"no processor ({proc_note}); " if proc is None else ""
+                made.notes.append(
+                    f"{label}: {how}{printable(m.source)} image through the model's image processor, "
+                    "as many image tokens as its image features"
+                )
+                if user or options.prompt is not None:
+                    made.kind = PROCESSOR_KIND
+                group.candidates.append(made)
+            except Exception as e:  # no image processor either: inputs from the config
+                why = one_line(e, first=True, named=True, limit=200)
+                if user and not group.candidates:
+                    raise CheckError(
+                        f"--image: no processor ({proc_note}), and its image processor failed ({why})"
+                    ) from None
+                if not group.candidates:
+                    group.notes.append(
+                        f"{label}: no processor ({proc_note}; image processor: {why}); inputs from the config"
+                    )
         if user and not group.candidates:
             raise CheckError(f"--{m.kind}: {name}'s processor takes no {m.kind} here ({proc_note or 'none'})")
         if not user:

@@ -89,10 +89,11 @@ def _image_processor(model_type: str, config: Any) -> Any:
         ("temporal_patch_size", "temporal_patch_size"),
         ("merge_size", "spatial_merge_size"),
         ("max_image_tiles", "max_num_tiles"),
+        ("image_grid_pinpoints", "image_grid_pinpoints"),
     ):
         value = config_value(config, config_key)
         if value is not None and hasattr(default, key):
-            kwargs[key] = int(value)
+            kwargs[key] = value if isinstance(value, (list, tuple)) else int(value)
     side = config_value(config, "image_size")
     side = int(side[0] if isinstance(side, (list, tuple)) else side) if side else None
     if side:
