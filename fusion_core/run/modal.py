@@ -160,6 +160,9 @@ def _processed(
     for key, value in dict(out).items():
         if key in params and isinstance(value, torch.Tensor):
             kept[key] = value.to(dtype) if value.is_floating_point() and dtype is not None else value
+    text_keys = ("input_ids", "mm_token_type_ids", "token_type_ids", "attention_mask")
+    order = [k for k in kept if k not in text_keys] + [k for k in text_keys if k in kept]
+    kept = {k: kept[k] for k in order}  # media first, as the inputs made from the config
     missing = [k for k in MODALITY_KEYS[media.kind] if k in out and k not in kept]
     if not any(k in kept for k in MODALITY_KEYS[media.kind]):
         raise CheckError(f"the processor made no {media.kind} inputs this model takes ({', '.join(missing) or 'none'})")
