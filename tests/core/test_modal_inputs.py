@@ -170,3 +170,30 @@ def test_processor_failure_is_an_error(qwen2_vl_dir: Path, tmp_path: Path) -> No
     (folder / "preprocessor_config.json").write_text('{"image_processor_type": "NoSuchImageProcessor"}')
     with pytest.raises(CheckError, match="processor"):
         check(folder, {"patch_embeddings": True}, image=str(_png(tmp_path / "p.png")), **FAST)
+
+
+def test_vlm_export_compares_image_conditioned_outputs(qwen2_vl_dir: Path, tmp_path: Path) -> None:
+    """The export is verified on the check's runs: per run, the logits and the vision tower's output."""
+    from fusion_core import export
+
+    result = export(qwen2_vl_dir, tmp_path / "out", {"patch_embeddings": True})
+    compared = "image+text: logits, vision tower; video+text: logits, vision tower"
+    outputs = result.verification.outputs
+    assert outputs["passed"] and outputs["compared"] == compared and outputs["input_kind"] == "image+text, video+text"
+    ours = next(c for c in result.consumers if c.name.startswith("fusion_core"))
+    assert ours.status == "loads exactly" and ours.compared == compared and ours.max_abs_diff <= 1e-5
+
+
+def test_nothing_to_run_is_not_loads_exactly(llama_dir: Path, tmp_path: Path) -> None:
+    """A consumer that loads when no input could be run is "loads, outputs not compared", never "loads exactly"."""
+    from transformers import LlamaForCausalLM
+
+    from fusion_core import export
+    from fusion_core.export.consumers import LOADS_NOT_COMPARED, _probe
+
+    export(llama_dir, tmp_path / "out", {"qkv": True}, verify_outputs=False)
+    spec = {"written": str(tmp_path / "out"), "shown_as": str(tmp_path / "out")}
+    consumers = _probe((LlamaForCausalLM, [], False), spec)
+    ours = consumers[0]
+    assert ours.status == LOADS_NOT_COMPARED == "loads, outputs not compared" and ours.compared == ""
+    assert "no input could be made" in ours.detail
