@@ -1,9 +1,12 @@
 """Inference checks: fused vs original, per fused module and end to end, error and speed.
 
-The original model (:func:`fusion_core.run.loading.load_original`, on the same plan) runs on seeded inputs of
-the right kind at the requested :class:`~fusion_core.boundary.options.Workload`
-(:mod:`fusion_core.run.inputs`, or the checkpoint's own processor for ``image=``/``prompt=``);
-forward pre-hooks capture the real inputs of every module to be fused. Each fused module
+The original model (:func:`fusion_core.run.loading.load_original`, on the same plan) runs
+once per modality it takes (image+text, video+text, audio+text: :mod:`fusion_core.run.modal`),
+the media (the user's files, else seeded synthetic ones) through the model's own processor
+(:mod:`fusion_core.run.processors`), else on inputs made from the config
+(:mod:`fusion_core.run.inputs`), at the requested :class:`~fusion_core.boundary.options.Workload`;
+forward pre-hooks capture the real inputs of every module to be fused (from the first run
+that reaches it). Each fused module
 then runs on exactly those inputs next to its original ("verified by end-to-end inputs").
 A module the end-to-end run does not reach (text-only inputs of a VL model, inputs the
 model refuses) runs on inputs its family makes for it ("module sample inputs",
@@ -498,7 +501,8 @@ def check(
         options: a :class:`CheckOptions`; or, instead, its flat ``settings``
             (:meth:`CheckOptions.build`): ``dtype``, ``device``, ``seed``, ``batch``,
             ``seq_len``, ``image_size``, ``frames``, ``repeats``, ``time_budget``,
-            ``upstream``, ``threads``, ``image``, ``prompt``, ``modules_only``.
+            ``upstream``, ``threads``, ``image``, ``images``, ``video``, ``audio``, ``prompt``,
+            ``modules_only``.
         trust_remote_code: see :func:`fusion_core.model.sources.resolve` (specs only).
         progress, cancel: a progress callback and a cancel token.
 

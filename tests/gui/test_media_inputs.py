@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
-from PySide6.QtGui import QDropEvent, QImage
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtWidgets import QApplication
 
 from fusion_gui.models.tree_model import CHECK
@@ -18,6 +18,9 @@ PATCH = "model.visual.patch_embed"
 def _drop(widget, paths: list[Path]) -> None:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    copy, left, none = Qt.DropAction.CopyAction, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    enter = QDragEnterEvent(QPoint(5, 5), copy, mime, left, none)  # a drag enters, the widget takes it
+    assert QApplication.sendEvent(widget, enter) and enter.isAccepted()
     event = QDropEvent(
         QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
     )
@@ -48,7 +51,7 @@ def test_image_dropped_and_checked_end_to_end(qtbot, window, open_model, only_fu
     result = sig.args[0]
     e = result.end_to_end
     assert result.passed and e.input_kind == "processor" and "pixel_values" in e.input_shapes
-    assert media.fed.isVisible()
+    assert not media.fed.isHidden()  # shown (inside the folded workload)
     assert media.fed.text().startswith("the processor made: image+text: 1 × image 64x48 px (photo.png), 1 × text")
     cell = window.tree.model.index_for_path(PATCH, CHECK)
     assert cell.data().endswith(" · e2e") and " pass " in cell.data()  # verified on end-to-end inputs
