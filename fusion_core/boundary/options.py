@@ -12,6 +12,7 @@ Importing this module imports neither torch nor transformers.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -145,16 +146,31 @@ class CheckOptions:
     timing: TimingOptions = field(default_factory=TimingOptions)
     upstream: bool = True  # also load through transformers' own fusion, in an isolated process
     threads: int | None = None  # torch's CPU threads during the check (None: torch's default)
-    image: str | None = None  # an image file, through the checkpoint's own processor files
-    prompt: str | None = None  # text, through the checkpoint's own tokenizer files
+    image: str | None = None  # an image file, through the model's own processor (also the first of images)
+    prompt: str | None = None  # text, through the model's own tokenizer
     modules_only: bool = False  # only the matched modules, materialized from the checkpoint by key
+    images: tuple[str, ...] = ()  # image files (``image`` is the first)
+    video: str | None = None  # a video file (frames decoded with PyAV)
+    audio: str | None = None  # an audio file (read with soundfile)
 
     def __post_init__(self) -> None:
         _at_least("threads", self.threads, 1)
-        if self.image is not None:
-            object.__setattr__(self, "image", str(self.image))
-            if not self.image:
-                raise OptionError("image", "must name a file")
+        images = [str(p) for p in self.images or ()]
+        if self.image is not None and (not images or images[0] != str(self.image)):
+            images.insert(0, str(self.image))
+        if any(not p for p in images):
+            raise OptionError("image", "must name a file")
+        object.__setattr__(self, "images", tuple(images))
+        object.__setattr__(self, "image", images[0] if images else None)
+        for name in ("video", "audio"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, str(value))
+                if not getattr(self, name):
+                    raise OptionError(name, "must name a file")
+        for name, path in [("image", p) for p in images] + [("video", self.video), ("audio", self.audio)]:
+            if path is not None and not os.path.isfile(os.path.expanduser(path)):  # before the model opens
+                raise OptionError(name, f"{path[:200]!r}: no such file")
 
     @classmethod
     def build(cls, **settings: Any) -> CheckOptions:

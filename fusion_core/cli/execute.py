@@ -36,8 +36,17 @@ def register(sub: Any) -> None:
     w.add_argument("--seq-len", type=int, metavar="N", help="text tokens (default 128)")
     w.add_argument("--batch", type=int, default=1, metavar="N", help="rows per run (default 1)")
     w.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's)")
-    w.add_argument("--image", metavar="PATH", help="a real image, through the checkpoint's own processor files")
-    w.add_argument("--prompt", metavar="TEXT", help="real text, through the checkpoint's own tokenizer files")
+    w.add_argument(
+        "--image", action="append", default=[], metavar="PATH",
+        help="a real image, through the model's own processor (repeatable)",
+    )  # fmt: skip
+    w.add_argument(
+        "--video", metavar="PATH", help="a real video (frames read with PyAV), through the model's processor"
+    )
+    w.add_argument(
+        "--audio", metavar="PATH", help="a real audio file (read with soundfile), through the model's processor"
+    )
+    w.add_argument("--prompt", metavar="TEXT", help="real text, through the model's own tokenizer")
     w.add_argument(
         "--modules-only", action="store_true",
         help="check only the fused modules, read alone from the checkpoint (bounded memory; no end to end)",
@@ -123,7 +132,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         time_budget=args.time_budget,
         upstream=not args.no_upstream,
         threads=args.threads,
-        image=args.image,
+        images=tuple(args.image),
+        video=args.video,
+        audio=args.audio,
         prompt=args.prompt,
         modules_only=args.modules_only,
     )

@@ -108,6 +108,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     if result.written_fusion_config is not None:
         say(f"config.json fusion_config: {json.dumps(result.written_fusion_config)}")
     if result.consumers:
-        rows = [(c.name, c.status, c.how, c.detail) for c in result.consumers]
-        say(table(rows, ["consumer", "status", "how", "detail"]))
+        rows = [(c.name, c.status, c.compared, c.how, c.detail) for c in result.consumers]
+        say(table(rows, ["consumer", "status", "compared", "how", "detail"]))
     return 0

@@ -11,9 +11,12 @@ loads the written export twice and compares each one's main output with the sour
 
 Our loader runs first: transformers' fusion registries are process-wide and leak into later
 loads (DESIGN.md, upstream defect 3), which is also why this happens in a separate process.
-Each consumer gets a status: ``"loads exactly"`` (outputs within the float32 tolerance of
-the source's), ``"refuses to load"`` (an exception), or ``"loads wrong"`` (missing or
-unexpected keys, or other outputs).
+The inputs are those of a check (:func:`fusion_core.export.verify.export_runs`: image+text,
+video+text, audio+text through the model's processor), and each run compares the main output
+and each vision or audio tower's output (``compared``). Each consumer gets a status:
+``"loads exactly"`` (outputs within the float32 tolerance of the source's), ``"refuses to
+load"`` (an exception), ``"loads wrong"`` (missing or unexpected keys, or other outputs), or
+``"loads, outputs not compared"`` (it loads, but no input could be made to run the source).
 """
 
 from __future__ import annotations
@@ -29,9 +32,18 @@ from ..errors import ExportError, one_line
 from ..run.isolated import child_for
 from .result import Consumer
 
-__all__ = ["LOADS_EXACTLY", "LOADS_WRONG", "REFUSES", "predicted_consumers", "transformers_accepts", "try_consumers"]
+__all__ = [
+    "LOADS_EXACTLY",
+    "LOADS_NOT_COMPARED",
+    "LOADS_WRONG",
+    "REFUSES",
+    "predicted_consumers",
+    "transformers_accepts",
+    "try_consumers",
+]
 
 LOADS_EXACTLY = "loads exactly"
+LOADS_NOT_COMPARED = "loads, outputs not compared"
 REFUSES = "refuses to load"
 LOADS_WRONG = "loads wrong"
 _MARK = "FUSION_CORE_CONSUMERS "
@@ -155,39 +167,18 @@ def predicted_consumers(plan: Any, layout: str, dest: str = "OUT") -> list[Consu
     return [ours, stock]
 
 
-def _status(want: Any, got: Any) -> tuple[str, float | None, str]:
-    from ..run.checks import compare
-
-    comparison = compare(want, got, "float32")
-    if comparison.passed:
-        return LOADS_EXACTLY, comparison.max_abs_diff, f"outputs match (max abs diff {comparison.max_abs_diff:.2g})"
-    detail = comparison.note or f"max abs diff {comparison.max_abs_diff:.3g}"
-    return LOADS_WRONG, comparison.max_abs_diff, f"outputs differ from the source model's ({detail})"
-
-
-def _run(model: Any, found: Any) -> Any:
-    import torch
-
-    from ..run.checks import main_output
-
-    inputs = found[0]
-    with torch.inference_mode():
-        entry = model.get_submodule(inputs.entry) if inputs.entry else model
-        return main_output(entry(**inputs.kwargs))[1]
-
-
 def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool]:
     """(the source model's class, its picked inputs and outputs or None, trust): before the export exists."""
     import torch
 
     from ..run.loading import load_plain
-    from .verify import pick_inputs
+    from .verify import export_runs
 
     trust = bool(first["trust_remote_code"])
     reference = load_plain(first["source"], dtype="float32", trust_remote_code=trust).eval()
     with torch.inference_mode():
-        found = pick_inputs(reference, list(first["paths"]))
-    return type(reference), found, trust
+        runs = export_runs(reference, list(first["paths"]), Path(first["source"]))
+    return type(reference), runs, trust
 
 
 def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> list[Consumer]:
@@ -197,8 +188,9 @@ def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> list[Consum
     import fusion_core
 
     from ..run.loading import load
+    from .verify import compare_runs
 
-    cls, found, trust = prepared
+    cls, runs, trust = prepared
     where = json.dumps(spec["shown_as"])
     consumers: list[Consumer] = []
 
@@ -212,16 +204,21 @@ def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> list[Consum
             return
         if problems:
             entry.status, entry.detail = LOADS_WRONG, "; ".join(problems)
-        elif found is None:
-            entry.status, entry.detail = LOADS_EXACTLY, "no missing or unexpected keys (no synthetic input fits)"
+        elif not runs:
+            entry.status = LOADS_NOT_COMPARED
+            entry.detail = "no missing or unexpected keys; no input could be made that the source model runs"
         else:
             try:
-                got = _run(model.eval(), found)
+                passed, worst, _rel, compared, bad = compare_runs(runs, model.eval(), exact=False)
             except Exception as e:  # loads but cannot run: loaded wrong
                 entry.status = LOADS_WRONG
                 entry.detail = f"loads, but does not run: {one_line(e, named=True, first=True)}"
                 return
-            entry.status, entry.max_abs_diff, entry.detail = _status(found[2], got)
+            entry.max_abs_diff, entry.compared = worst, compared
+            if passed:
+                entry.status, entry.detail = LOADS_EXACTLY, f"outputs match (max abs diff {worst:.2g})"
+            else:
+                entry.status, entry.detail = LOADS_WRONG, f"outputs differ from the source model's ({bad})"
 
     def ours() -> tuple[Any, list[str]]:
         return load(spec["written"], dtype="float32", trust_remote_code=trust).model, []

@@ -33,10 +33,12 @@ class Consumer:
     """
 
     name: str  # "fusion_core 0.x" | "transformers 5.x"
-    status: str  # LOADS_EXACTLY | REFUSES | LOADS_WRONG | "tried after writing" (predicted)
+    status: str  # LOADS_EXACTLY | REFUSES | LOADS_WRONG | LOADS_NOT_COMPARED | "tried after writing" (predicted)
     how: str  # the call that loads it
     detail: str = ""
-    max_abs_diff: float | None = None  # its main output against the source model's
+    max_abs_diff: float | None = None  # its outputs against the source model's (the largest difference)
+    #: which outputs on which inputs, e.g. "image+text: logits, vision tower" ("" when nothing ran)
+    compared: str = ""
 
 
 @dataclass

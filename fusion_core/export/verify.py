@@ -2,15 +2,19 @@
 
 Both models are loaded in float32 with our loader (never transformers' own fusion): the
 source as the plain original model, the export fused (its ``config.json`` carries
-``fusion_config``) or plain (original layout). They run on the same seeded synthetic
-inputs (:mod:`fusion_core.run.inputs`); the main output (logits, last hidden state...) must
-match: within the float32 tolerance of :mod:`fusion_core.run.checks` for a fused export (the
-fused modules compute the same numbers in another order), exactly for an
-original-layout export (the same weights in the same modules).
+``fusion_config``) or plain (original layout). They run on the inputs a check uses
+(:func:`export_runs`: one run per modality the model takes, image+text, video+text,
+audio+text, through the model's processor; else the seeded synthetic inputs of
+:mod:`fusion_core.run.inputs`). Per run, the main output (logits, last hidden state...)
+and each vision or audio tower's output must match: within the float32 tolerance of
+:mod:`fusion_core.run.checks` for a fused export (the fused modules compute the same
+numbers in another order), exactly for an original-layout export (the same weights in the
+same modules).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,8 +46,8 @@ def compare_outputs(source: ModelSource, out_folder: Path, plan: FusionPlan, lay
     """
     import torch
 
+    from ..boundary.options import DTYPE_TOLERANCES
     from ..errors import FusionError
-    from ..run.checks import compare, main_output
     from ..run.loading import load, load_original, load_plain
 
     trust = source.trust_remote_code
@@ -59,37 +63,147 @@ def compare_outputs(source: ModelSource, out_folder: Path, plan: FusionPlan, lay
     paths = [m.path for fam in plan.families for m in fam.discovery.matches]
     try:
         with torch.inference_mode():
-            found = pick_inputs(reference, paths)
-            if found is None:
-                return {"passed": None, "summary": "outputs not compared: no synthetic input fits this model"}
-            inputs, name, want = found
-            entry = exported.get_submodule(inputs.entry) if inputs.entry else exported
-            _, got = main_output(entry(**inputs.kwargs))
+            runs = export_runs(reference, paths, getattr(source, "folder", None))
+            if not runs:
+                return {"passed": None, "summary": "outputs not compared: no input fits this model", "compared": ""}
+            passed, worst, worst_rel, compared, bad = compare_runs(runs, exported, exact=not fused)
     except FusionError as e:
         raise ExportError(f"verification failed: the exported model does not run: {e}") from None
     finally:
         del reference, exported
-    comparison = compare(want, got, "float32")
-    exact = bool(got.shape == want.shape and torch.equal(got, want))
-    passed = comparison.passed if fused else exact
-    tolerance = f"|diff| <= {comparison.atol:g} + {comparison.rtol:g} * max|ref| (float32)" if fused else "exact"
+    first = runs[0]
+    name = next(iter(first.outputs))
+    atol, rtol = DTYPE_TOLERANCES["float32"]
+    tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref| (float32)" if fused else "exact"
     result = {
         "output": name,
-        "inputs": inputs.shapes(),
-        "input_kind": inputs.kind,
-        "max_abs_diff": comparison.max_abs_diff,
-        "max_rel_diff": comparison.max_rel_diff,
+        "inputs": first.inputs.shapes(),
+        "input_kind": ", ".join(dict.fromkeys(r.inputs.kind for r in runs)),
+        "max_abs_diff": worst,
+        "max_rel_diff": worst_rel,
         "tolerance": tolerance,
         "passed": passed,
+        "compared": compared,
     }
     if not passed:
-        detail = comparison.note or f"max abs diff {comparison.max_abs_diff:.3g}"
         raise ExportError(
-            f"verification failed: the export's {name} differs from the source model's ({detail}; "
+            f"verification failed: the export's outputs differ from the source model's ({bad}; "
             f"tolerance {tolerance}); nothing was written"
         )
-    result["summary"] = f"{name} matches the source model (max abs diff {comparison.max_abs_diff:.2g}, {tolerance})"
+    result["summary"] = f"outputs match the source model ({compared}; max abs diff {worst:.2g}, {tolerance})"
     return result
+
+
+_TOWERS = ("visual", "vision_tower", "vision_model", "vision_encoder", "image_encoder", "audio_tower", "audio_model")
+
+
+def towers(model: Any) -> dict[str, str]:
+    """The vision and audio towers of ``model``: module path -> "vision tower" / "audio tower" (outermost only)."""
+    found: dict[str, str] = {}
+    for name, _module in model.named_modules():
+        last = name.rsplit(".", 1)[-1]
+        if last in _TOWERS and not any(name.startswith(p + ".") for p in found):
+            found[name] = "audio tower" if "audio" in last else "vision tower"
+    return found
+
+
+@dataclass
+class Run:
+    """One export-verification run: its inputs and the reference outputs (name -> tensor)."""
+
+    inputs: Any
+    outputs: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        fed = getattr(self.inputs, "fed", None)
+        return fed[0].run if fed else self.inputs.kind
+
+
+def run_outputs(model: Any, inputs: Any) -> dict[str, Any]:
+    """``model`` on ``inputs``: its main output and each tower's it reached, by name (in this order)."""
+    import torch
+
+    from ..run.checks import main_output
+
+    entry = model.get_submodule(inputs.entry) if inputs.entry else model
+    seen: dict[str, Any] = {}
+    handles = []
+    for path, label in towers(entry).items():
+
+        def hook(_m: Any, _a: Any, out: Any, label: str = label) -> None:
+            if label not in seen:
+                try:
+                    seen[label] = main_output(out)[1].detach().clone()
+                except Exception:  # a tower output without a tensor: nothing to compare
+                    pass
+
+        handles.append(entry.get_submodule(path).register_forward_hook(hook))
+    try:
+        with torch.inference_mode():
+            name, main = main_output(entry(**inputs.kwargs))
+    finally:
+        for h in handles:
+            h.remove()
+    return {name: main, **seen}
+
+
+def export_runs(model: Any, paths: list[str], folder: Path | None) -> list[Run]:
+    """The runs an export is verified on: those of a check (every modality, through the
+    model's processor), each with ``model``'s outputs; else the first synthetic input that runs."""
+    from types import SimpleNamespace
+
+    from ..boundary.options import CheckOptions, Workload
+    from ..errors import FusionError
+    from ..run.modal import end_to_end_groups
+
+    runs: list[Run] = []
+    try:
+        source = SimpleNamespace(folder=folder, config=model.config)
+        groups = end_to_end_groups(model, paths, source, CheckOptions(workload=Workload(), upstream=False))
+    except (FusionError, ValueError):
+        groups = []
+    for group in groups:
+        if "fallback" in group.notes and runs:
+            continue
+        for inputs in group.candidates:
+            try:
+                runs.append(Run(inputs, run_outputs(model, inputs)))
+                break
+            except (RuntimeError, ValueError, TypeError, IndexError, AttributeError, FusionError):
+                continue
+    if not runs:
+        found = pick_inputs(model, paths)
+        if found is not None:
+            runs.append(Run(found[0], {found[1]: found[2]}))
+    return runs
+
+
+def compare_runs(runs: list[Run], model: Any, exact: bool) -> tuple[bool, float, float, str, str]:
+    """``model``'s outputs against each run's reference: (passed, max abs diff, max rel diff,
+    what was compared ("image+text: logits, vision tower; ..."), the first difference or "")."""
+    import torch
+
+    from ..run.checks import compare
+
+    passed, worst, worst_rel, compared, first_bad = True, 0.0, 0.0, [], ""
+    for run in runs:
+        got = run_outputs(model, run.inputs)
+        names = []
+        for name, want in run.outputs.items():
+            if name not in got:
+                passed = False
+                first_bad = first_bad or f"{run.label} {name}: not produced"
+                continue
+            c = compare(want, got[name], "float32")
+            ok = bool(got[name].shape == want.shape and torch.equal(got[name], want)) if exact else c.passed
+            worst, worst_rel = max(worst, c.max_abs_diff), max(worst_rel, c.max_rel_diff or 0.0)
+            if not ok:
+                passed = False
+                first_bad = first_bad or f"{run.label} {name}: {c.note or f'max abs diff {c.max_abs_diff:.3g}'}"
+            names.append(name)
+        compared.append(f"{run.label}: {', '.join(names)}")
+    return passed, worst, worst_rel, "; ".join(compared), first_bad
 
 
 def pick_inputs(model: Any, paths: list[str], seed: int = 0) -> tuple[Any, str, torch.Tensor] | None:

@@ -1,5 +1,11 @@
 """Built-in demo checkpoints: tiny real models with seeded random weights.
 
+The vision demos ship processor files made offline: ``demo:qwen2-vl`` a tokenizer (built
+with the ``tokenizers`` library: one token a character plus the model's special tokens,
+under Qwen2-VL's own token strings) and an image processor config matching the tiny
+model; ``demo:vit`` an image processor config. ``--image`` then goes through the real
+processor path.
+
 Generated on first use into the user cache folder (``platformdirs``; override with the
 ``FUSION_INSPECTOR_CACHE`` environment variable), deterministic, in well under a second.
 A folder is written to a temporary sibling and renamed into place, so an interrupted
@@ -19,7 +25,7 @@ from typing import Any
 
 from ..errors import ModelSourceError
 
-DEMO_VERSION = 1
+DEMO_VERSION = 2  # 2: processor and tokenizer files
 SEED = 0
 _lock = threading.Lock()
 
@@ -31,6 +37,7 @@ class Demo:
     name: str
     description: str
     build: Callable[[], Any]  # -> (config, model class)
+    processor: Callable[[Any, Path], None] | None = None  # writes processor files for the config
 
 
 def _qwen2_vl() -> Any:
@@ -67,6 +74,33 @@ def _qwen2_vl() -> Any:
         vision_end_token_id=503,
     )
     return config, Qwen2VLForConditionalGeneration
+
+
+def _qwen2_vl_processor(config: Any, folder: Path) -> None:
+    from transformers import Qwen2VLImageProcessorPil
+
+    from .tokenizer import synthetic_tokenizer
+
+    strings = {
+        "image_token": "<|image_pad|>",
+        "video_token": "<|video_pad|>",
+        "vision_start_token": "<|vision_start|>",
+        "vision_end_token": "<|vision_end|>",
+        "bos_token": "<|endoftext|>",
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|pad|>",
+    }
+    synthetic_tokenizer(config, strings).save_pretrained(folder)
+    # images of 56x56 to 448x448 px: at most 256 patches of 14 px
+    size = {"shortest_edge": 56 * 56, "longest_edge": 448 * 448}
+    Qwen2VLImageProcessorPil(patch_size=14, temporal_patch_size=2, merge_size=2, size=size).save_pretrained(folder)
+
+
+def _vit_processor(config: Any, folder: Path) -> None:
+    from transformers import SiglipImageProcessorPil
+
+    side = int(config.image_size)
+    SiglipImageProcessorPil(size={"height": side, "width": side}).save_pretrained(folder)
 
 
 def _llama() -> Any:
@@ -106,9 +140,13 @@ def _vit() -> Any:
 
 
 DEMOS: dict[str, Demo] = {
-    "qwen2-vl": Demo("qwen2-vl", "tiny Qwen2-VL (vision tower with a Conv3d patch embedding)", _qwen2_vl),
+    "qwen2-vl": Demo(
+        "qwen2-vl", "tiny Qwen2-VL (vision tower with a Conv3d patch embedding)", _qwen2_vl, _qwen2_vl_processor
+    ),
     "llama": Demo("llama", "tiny Llama decoder LM (no patch embedding)", _llama),
-    "vit": Demo("vit", "tiny ViT-style vision encoder (SigLIP vision tower: Conv2d patch embedding)", _vit),
+    "vit": Demo(
+        "vit", "tiny ViT-style vision encoder (SigLIP vision tower: Conv2d patch embedding)", _vit, _vit_processor
+    ),
 }
 DEFAULT_DEMO = "qwen2-vl"
 
@@ -187,6 +225,8 @@ def _generate(demo: Demo, folder: Path) -> None:
             finally:
                 torch.random.set_rng_state(state)
         model.save_pretrained(tmp)
+        if demo.processor is not None:
+            demo.processor(config, tmp)
         try:
             os.replace(tmp, folder)
         except OSError:

@@ -92,3 +92,76 @@ def capture_and_run(
         for h in handles:
             h.remove()
     raise CheckError(f"{type(model).__name__}: no synthetic input it accepts ({'; '.join(errors)})")
+
+
+def capture_runs(
+    model: nn.Module, paths: list[str], device: str, groups: list[Any]
+) -> tuple[list[tuple[Any, Any]], dict[str, tuple[tuple, dict]], list[str]]:
+    """Run ``model`` once per group (:class:`fusion_core.run.modal.Group`): its first candidate it accepts.
+
+    Each path keeps the inputs of the first run that reaches it. A group marked "fallback"
+    (synthetic text) runs only when no other group ran.
+
+    Returns:
+        ([(inputs, output) per run], path -> (args, kwargs), notes)
+
+    Raises:
+        CheckError: a required group (the user's files) has no candidate the model accepts,
+            naming each attempt's error; or no group ran at all.
+    """
+    import torch
+
+    captured: dict[str, tuple[tuple, dict]] = {}
+    calls: dict[str, int] = {}
+    current: dict[str, tuple[tuple, dict]] = {}
+
+    def hook_for(path: str) -> Callable[..., None]:
+        def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+            calls[path] = calls.get(path, 0) + 1
+            if path not in current:
+                current[path] = (_clone(args), _clone(kwargs))
+
+        return hook
+
+    handles = [model.get_submodule(p).register_forward_pre_hook(hook_for(p), with_kwargs=True) for p in paths]
+    runs: list[tuple[Any, Any]] = []
+    notes: list[str] = []
+    errors: list[str] = []
+    try:
+        for group in groups:
+            notes += [n for n in group.notes if n != "fallback"]
+            if "fallback" in group.notes and runs:
+                continue
+            tried = []
+            for inputs in group.candidates:
+                current.clear()
+                calls.clear()
+                inputs.kwargs = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.kwargs.items()}
+                entry = model.get_submodule(inputs.entry) if inputs.entry else model
+                try:
+                    with torch.inference_mode():
+                        output = entry(**inputs.kwargs)
+                except Exception as e:  # a candidate the model does not accept: try the next
+                    tried.append(f"{inputs.kind} inputs: {one_line(e, first=True, named=True, limit=300)}")
+                    continue
+                inputs.calls = dict(calls)
+                for path, value in current.items():
+                    captured.setdefault(path, value)
+                runs.append((inputs, output))
+                if tried:
+                    notes.append(f"{group.label}: {'; '.join(tried)}; ran the next candidate")
+                break
+            else:
+                if group.required:
+                    raise CheckError(
+                        f"{type(model).__name__} does not run on the given {group.label} ({'; '.join(tried)})"
+                    )
+                if tried:
+                    errors += tried
+                    notes.append(f"{group.label}: not run ({'; '.join(tried)})")
+    finally:
+        for h in handles:
+            h.remove()
+    if not runs:
+        raise CheckError(f"{type(model).__name__}: no input it accepts ({'; '.join(errors) or 'none could be made'})")
+    return runs, captured, notes

@@ -1,9 +1,12 @@
 """Inference checks: fused vs original, per fused module and end to end, error and speed.
 
-The original model (:func:`fusion_core.run.loading.load_original`, on the same plan) runs on seeded inputs of
-the right kind at the requested :class:`~fusion_core.boundary.options.Workload`
-(:mod:`fusion_core.run.inputs`, or the checkpoint's own processor for ``image=``/``prompt=``);
-forward pre-hooks capture the real inputs of every module to be fused. Each fused module
+The original model (:func:`fusion_core.run.loading.load_original`, on the same plan) runs
+once per modality it takes (image+text, video+text, audio+text: :mod:`fusion_core.run.modal`),
+the media (the user's files, else seeded synthetic ones) through the model's own processor
+(:mod:`fusion_core.run.processors`), else on inputs made from the config
+(:mod:`fusion_core.run.inputs`), at the requested :class:`~fusion_core.boundary.options.Workload`;
+forward pre-hooks capture the real inputs of every module to be fused (from the first run
+that reaches it). Each fused module
 then runs on exactly those inputs next to its original ("verified by end-to-end inputs").
 A module the end-to-end run does not reach (text-only inputs of a VL model, inputs the
 model refuses) runs on inputs its family makes for it ("module sample inputs",
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ..boundary.options import CheckOptions, OptionError, TimingOptions, Workload
 from ..errors import CheckError
 from ..progress import CancelToken, Progress, ProgressCallback, drive
-from .capture import capture_and_run, shapes_of
+from .capture import shapes_of
 from .loading import iter_load, load_original, unpolluted, upstream_fusion_suspended
 from .results import (
     TOLERANCES,
@@ -242,7 +245,7 @@ def _checks(
         original = load_original(plan, dtype=dtype, device=device)
         paths = list(loaded.fused_modules)
         yield Progress(3, 6, "running the original model end to end")
-        inputs, captured, out_original, skipped = _end_to_end_inputs(original, paths, workload, src, options)
+        runs, captured, skipped = _end_to_end_inputs(original, paths, workload, src, options)
         settle()
         for i, path in enumerate(paths):
             yield Progress(4, 6, f"checking {path} ({i + 1}/{len(paths)})")
@@ -254,8 +257,8 @@ def _checks(
         if skipped:
             result.end_to_end = EndToEndCheck("", "", "", {}, None, None, skipped=f"not run: {skipped}")
         else:
-            result.end_to_end = _check_end_to_end(inputs, original, loaded.model, out_original, workload, timing)
-            _shares(result, original, inputs, workload, timing)
+            result.end_to_end = _check_end_to_end(runs, original, loaded.model, workload, timing)
+            _shares(result, original, runs[0][0], workload, timing)
         del original, loaded
     result.workload = replace(result.workload, load_after=load_average())
     project(result)
@@ -310,28 +313,25 @@ def _relay(gen: Generator[Progress, None, Any], stage: int, total: int) -> Gener
 
 def _end_to_end_inputs(
     original: nn.Module, paths: list[str], workload: Workload, src: ModelSource, options: CheckOptions
-) -> tuple[Any, dict[str, tuple[tuple, dict]], Any, str]:
-    """(inputs, captured module inputs, original output, "" or why end to end cannot run)."""
-    candidates = None
-    notes: list[str] = []
-    if options.image is not None or options.prompt is not None:
-        from .real_inputs import processor_inputs
+) -> tuple[list[tuple[Any, Any]], dict[str, tuple[tuple, dict]], str]:
+    """([(inputs, original output) per run], captured module inputs, "" or why end to end cannot run).
 
-        candidates, notes = processor_inputs(original, src, options.image, options.prompt, workload)
+    One run per modality the model takes (:func:`fusion_core.run.modal.end_to_end_groups`);
+    the user's files that cannot be used raise (never replaced by synthetic inputs).
+    """
+    from .capture import capture_runs
+    from .modal import end_to_end_groups
+
+    user = bool(options.images or options.video or options.audio or options.prompt is not None)
+    groups = end_to_end_groups(original, paths, src, options)  # raises for the user's files
     try:
-        inputs, captured, out = capture_and_run(
-            original, paths, workload.seed, workload.device, workload, candidates=candidates
-        )
+        runs, captured, notes = capture_runs(original, paths, workload.device, groups)
     except CheckError as e:
-        if candidates is None:
-            return None, {}, None, str(e)
-        notes.append(f"the processor's inputs do not run ({e}); synthetic inputs instead")
-        try:
-            inputs, captured, out = capture_and_run(original, paths, workload.seed, workload.device, workload)
-        except CheckError as e2:
-            return None, {}, None, str(e2)
-    inputs.notes[:0] = notes
-    return inputs, captured, out, ""
+        if user:
+            raise
+        return [], {}, str(e)
+    runs[0][0].notes[:0] = notes
+    return runs, captured, ""
 
 
 def _check_module(
@@ -413,28 +413,52 @@ def _module_alone(plan: FusionPlan, path: str, workload: Workload, timing: Timin
 
 
 def _check_end_to_end(
-    inputs: Any, original: nn.Module, fused: nn.Module, out_original: Any, workload: Workload, timing: TimingOptions
+    runs: list[tuple[Any, Any]], original: nn.Module, fused: nn.Module, workload: Workload, timing: TimingOptions
 ) -> EndToEndCheck:
+    """Fused vs original on every run; timed on the first. The comparison shown is the worst run's."""
     import torch
 
-    entry_o = original.get_submodule(inputs.entry) if inputs.entry else original
-    entry_f = fused.get_submodule(inputs.entry) if inputs.entry else fused
-    with torch.inference_mode():
-        out_fused = entry_f(**inputs.kwargs)
+    notes: list[str] = []
+    worst: tuple[float, str, Any] | None = None
+    shapes: dict[str, list[int]] = {}
+    fed: list[Any] = []
+    kinds: list[str] = []
+    for inputs, out_original in runs:
+        entry_f = fused.get_submodule(inputs.entry) if inputs.entry else fused
+        with torch.inference_mode():
+            out_fused = entry_f(**inputs.kwargs)
         name, main_o = main_output(out_original)
         _, main_f = main_output(out_fused)
         comparison = compare(main_o, main_f, workload.dtype)
+        badness = comparison.max_abs_diff / comparison.limit if comparison.limit else comparison.max_abs_diff
+        if not comparison.passed:
+            badness = float("inf")
+        if worst is None or badness > worst[0]:
+            worst = (badness, name, comparison)
+        notes += inputs.notes
+        if len(runs) > 1:
+            label = inputs.fed[0].run if inputs.fed else inputs.kind
+            notes.append(f"{label}: {name} max abs diff {comparison.max_abs_diff:.2g} (limit {comparison.limit:.2g})")
+        for key, value in inputs.shapes().items():
+            shapes.setdefault(key, value)
+        fed += inputs.fed
+        if inputs.kind not in kinds:
+            kinds.append(inputs.kind)
+    first = runs[0][0]
+    entry_o = original.get_submodule(first.entry) if first.entry else original
+    entry_f = fused.get_submodule(first.entry) if first.entry else fused
+    with torch.inference_mode():
         measured = measure(
-            lambda: entry_o(**inputs.kwargs),
-            lambda: entry_f(**inputs.kwargs),
+            lambda: entry_o(**first.kwargs),
+            lambda: entry_f(**first.kwargs),
             timing,
             device=workload.device,
             seed=workload.seed,
         )
-    notes = list(inputs.notes)
-    if inputs.entry:
-        notes.append(f"{type(original).__name__} has no forward of its own; ran its submodule {inputs.entry}")
-    return EndToEndCheck(inputs.entry, name, inputs.kind, inputs.shapes(), comparison, measured, notes)
+    if first.entry:
+        notes.append(f"{type(original).__name__} has no forward of its own; ran its submodule {first.entry}")
+    _, name, comparison = worst  # type: ignore[misc]
+    return EndToEndCheck(first.entry, name, ", ".join(kinds), shapes, comparison, measured, notes, inputs=fed)
 
 
 def _shares(result: CheckResult, original: nn.Module, inputs: Any, workload: Workload, timing: TimingOptions) -> None:
@@ -482,7 +506,8 @@ def check(
         options: a :class:`CheckOptions`; or, instead, its flat ``settings``
             (:meth:`CheckOptions.build`): ``dtype``, ``device``, ``seed``, ``batch``,
             ``seq_len``, ``image_size``, ``frames``, ``repeats``, ``time_budget``,
-            ``upstream``, ``threads``, ``image``, ``prompt``, ``modules_only``.
+            ``upstream``, ``threads``, ``image``, ``images``, ``video``, ``audio``, ``prompt``,
+            ``modules_only``.
         trust_remote_code: see :func:`fusion_core.model.sources.resolve` (specs only).
         progress, cancel: a progress callback and a cancel token.
 

@@ -50,6 +50,7 @@ class ModelInputs:
     kind: str  # "vision-grid" | "vision-tower" | "video" | "image" | "text" | "processor"
     notes: list[str] = field(default_factory=list)
     calls: dict[str, int] = field(default_factory=dict)  # fused path -> times it ran in one forward
+    fed: list[Any] = field(default_factory=list)  # FedInput rows: what this run feeds
 
     def shapes(self) -> dict[str, list[int]]:
         return {k: list(v.shape) for k, v in self.kwargs.items() if hasattr(v, "shape")}
@@ -107,11 +108,22 @@ def _generator(seed: int) -> torch.Generator:
 def _text_ids(config: Any, count: int, gen: torch.Generator) -> list[int]:
     import torch
 
-    vocab = int(config_value(config, "vocab_size") or 1000)
+    vocab = text_vocab_size(config)
     specials = special_token_ids(config)
     pool = [i for i in range(3, min(vocab, 4096)) if i not in specials] or list(range(vocab))
     picks = torch.randint(0, len(pool), (count,), generator=gen).tolist()
     return [pool[i] for i in picks]
+
+
+def text_vocab_size(config: Any) -> int:
+    """The language model's vocabulary: its text config's (a top-level ``vocab_size`` may be a default
+    that the embedding does not have, e.g. PaliGemma's 257152 over a 300-token text model)."""
+    getter = getattr(config, "get_text_config", None)
+    text = getter() if callable(getter) else None
+    value = getattr(text, "vocab_size", None)
+    if isinstance(value, int) and value > 0:
+        return value
+    return int(config_value(config, "vocab_size") or 1000)
 
 
 def _signature(module: nn.Module) -> dict[str, inspect.Parameter]:
@@ -157,6 +169,80 @@ def _grid_inputs(
             kwargs["attention_mask"] = torch.ones_like(input_ids)
         notes.append(f"{len(ids)} tokens per row, {n_image} of them image tokens")
     return ModelInputs("", kwargs, "vision-grid", notes)
+
+
+def video_grid_inputs(
+    entry: nn.Module,
+    conv: nn.Module,
+    params: dict,
+    workload: Workload,
+    frames: list | None = None,
+    text_ids: list[int] | None = None,
+) -> ModelInputs:
+    """A clip for a Qwen-VL-like grid model (``pixel_values_videos`` + ``video_grid_thw``).
+
+    ``frames`` (H x W x 3 uint8 arrays, a user's video) are resized to the grid and cut into
+    tubelets in the order of the model's video processor (which needs torchvision here);
+    without them the tubelets are seeded noise.
+    """
+    import numpy as np
+    import torch
+
+    config = entry.config
+    kernel = tuple(conv.kernel_size)
+    channels, (tps, ps) = int(conv.in_channels), (kernel[0], kernel[-1])
+    merge = int(config_value(config, "spatial_merge_size") or 1)
+    dtype = next((p.dtype for p in entry.parameters() if p.is_floating_point()), None)
+    n = max(1, workload.batch)
+    unit = ps * merge
+    if frames is not None:
+        h0, w0 = frames[0].shape[:2]
+        scale = min(1.0, 448 / max(h0, w0))
+        hp = max(unit, round(h0 * scale / unit) * unit)
+        wp = max(unit, round(w0 * scale / unit) * unit)
+        from PIL import Image
+
+        count = max(tps, len(frames) // tps * tps)
+        clip = [np.asarray(Image.fromarray(f).resize((wp, hp), Image.BICUBIC), dtype=np.float32) for f in frames]
+        clip = (clip + [clip[-1]] * count)[:count]
+        mean = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)  # the CLIP mean and std
+        std = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
+        arr = ((np.stack(clip) / 255.0 - mean) / std).transpose(0, 3, 1, 2)  # T, C, H, W
+        t, h, w = count // tps, hp // ps, wp // ps
+        arr = arr.reshape(t, tps, channels, h // merge, merge, ps, w // merge, merge, ps)
+        arr = arr.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8).reshape(t * h * w, channels * tps * ps * ps)
+        patches = torch.from_numpy(np.ascontiguousarray(arr)).repeat(n, 1)
+    else:
+        size = workload.image_size or 56
+        h = w = max(merge, size // ps // merge * merge)
+        t = max(1, (workload.frames or config_value(config, "num_frames") or 2 * tps) // tps)
+        gen = _generator(workload.seed)
+        patches = torch.randn(n * t * h * w, channels * math.prod(kernel), generator=gen)
+    kwargs: dict[str, Any] = {
+        "pixel_values_videos": patches.to(dtype) if dtype is not None else patches,
+        "video_grid_thw": torch.tensor([[t, h, w]] * n),
+    }
+    notes = [f"{n} clip(s): grid (t, h, w) = ({t}, {h}, {w}), {t * tps} frames of {h * ps}x{w * ps} px"]
+    if "input_ids" in params:
+        video_id = config_value(config, "video_token_id", "video_token_index")
+        if video_id is None:
+            raise ValueError("the config names no video token (video_token_id / video_token_index)")
+        start = config_value(config, "vision_start_token_id")
+        end = config_value(config, "vision_end_token_id")
+        gen = _generator(workload.seed + 1)
+        text = text_ids if text_ids is not None else _text_ids(config, max(4, (workload.seq_len or 8) // 2), gen)
+        ids = ([start] if start is not None else []) + [video_id] * (t * h * w // (merge * merge))
+        ids += ([end] if end is not None else []) + text
+        input_ids = torch.tensor([ids] * n)
+        kwargs["input_ids"] = input_ids
+        if "mm_token_type_ids" in params:
+            kwargs["mm_token_type_ids"] = (input_ids == video_id).to(torch.int32) * 2
+        if "attention_mask" in params:
+            kwargs["attention_mask"] = torch.ones_like(input_ids)
+        notes.append(f"{len(ids)} tokens per row")
+    if "video_second_per_grid" in params:  # the omni thinkers' time positions: one grid step a second
+        kwargs["video_second_per_grid"] = torch.ones(n)
+    return ModelInputs("", kwargs, "video", notes)
 
 
 def _size(value: Any) -> int | None:
@@ -260,6 +346,15 @@ def candidate_inputs(
         inputs.entry = entry_path
         inputs.kwargs.update(common)
         yield inputs
+        if "pixel_values_videos" in params and "video_grid_thw" in params:
+            try:
+                video = video_grid_inputs(entry, conv, params, workload)
+            except ValueError:
+                video = None
+            if video is not None:
+                video.entry = entry_path
+                video.kwargs.update(common)
+                yield video
     elif conv is not None and "grid_thw" in params and ("hidden_states" in params or "pixel_values" in params):
         found = True  # a vision tower alone: flattened patches and their grid
         inputs = _grid_inputs(entry, conv, {}, gen, dtype, workload)

@@ -256,6 +256,20 @@ class ModuleCheck:
 
 
 @dataclass
+class FedInput:
+    """What one end-to-end run fed of one modality: ``run`` "image+text", ``modality`` "image",
+    ``count`` items (images, clips, waveforms, token rows), ``size`` of one ("32x32 px",
+    "4 frames of 56x56 px", "1.00 s at 16000 Hz", "19 tokens"), ``source`` ("synthetic", a
+    file name, "prompt" or "")."""
+
+    run: str
+    modality: str
+    count: int
+    size: str
+    source: str = ""
+
+
+@dataclass
 class EndToEndCheck:
     """The whole model (or its entry submodule) fused vs original on the synthetic inputs.
 
@@ -265,7 +279,7 @@ class EndToEndCheck:
 
     PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
         "entry", "output", "input_kind", "input_shapes", "comparison", "timing", "passed", "ran", "skipped",
-        "projected_speedup", "notes", "projected_low", "projected_high",
+        "projected_speedup", "notes", "projected_low", "projected_high", "inputs",
     )  # fmt: skip
 
     #: "" is the model itself, "(model)" in its plain form
@@ -282,6 +296,8 @@ class EndToEndCheck:
     )  # from module speedups and shares (Amdahl)
     projected_low: float | None = field(default=None, metadata=plain(dump=_round(3)))  # from the intervals
     projected_high: float | None = field(default=None, metadata=plain(dump=_round(3)))
+    #: what the end-to-end runs fed, per run and modality (several runs: image+text, video+text...)
+    inputs: list[FedInput] = field(default_factory=list)
 
     @property
     def ran(self) -> bool:

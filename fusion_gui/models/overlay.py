@@ -195,7 +195,8 @@ class Overlay:
             if math.isfinite(s.low) and math.isfinite(s.high) and (s.low, s.high) != (s.speedup, s.speedup):
                 speed += f" [{s.low:.2f}–{s.high:.2f}]"
             share = f" · {s.share:.0%}" if s.share is not None else ""
-            return f"{speed} {'pass' if s.passed else 'FAIL'}{share}"
+            how = {"end-to-end inputs": " · e2e", "module sample inputs": " · alone"}.get(s.verified_by, "")
+            return f"{speed} {'pass' if s.passed else 'FAIL'}{share}{how}"
         within = self._within(paths)
         if not within:
             return ""

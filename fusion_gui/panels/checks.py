@@ -474,6 +474,7 @@ class ChecksPanel(QWidget):
 
     def _show_end_to_end(self, result: CheckResult) -> None:
         e = result.end_to_end
+        self.workload.media.show_fed(list(e.inputs) if e is not None else [])
         if e is None or not e.ran:
             self.end_label.setText(f"<b>End to end</b>: {html.escape(e.skipped)}" if e is not None else "")
             self.end_label.setVisible(e is not None and not result.nothing_to_fuse)

@@ -1,11 +1,13 @@
-"""The Checks tab's workload controls: device, threads and the sizes a check runs at."""
+"""The Checks tab's workload controls: device, threads, the sizes a check runs at, real inputs."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QLabel, QLineEdit, QSpinBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QLabel, QSpinBox, QWidget
+
+from .media_inputs import MediaInputs
 
 
 class WorkloadControls(QWidget):
@@ -26,12 +28,8 @@ class WorkloadControls(QWidget):
         self.modules_only.setToolTip(
             "check only the fused modules, read alone from the checkpoint: bounded memory, no end-to-end run"
         )
-        self.image = QLineEdit()
-        self.image.setPlaceholderText("image file (optional)")
-        self.image.setToolTip("real inputs: the image goes through the checkpoint's own processor files")
-        self.prompt = QLineEdit()
-        self.prompt.setPlaceholderText("prompt (optional)")
-        self.prompt.setToolTip("real inputs: the text goes through the checkpoint's own tokenizer files")
+        self.media = MediaInputs()  # image, video and audio files (picker, drag and drop), a prompt
+        self.prompt = self.media.prompt
         # label/control pairs, three to a row, in a grid that stays narrow (the window's
         # minimum width is the widest tab's)
         grid = QGridLayout(self)
@@ -44,17 +42,13 @@ class WorkloadControls(QWidget):
             grid.addWidget(QLabel(label), i // 3, 2 * (i % 3))
             grid.addWidget(widget, i // 3, 2 * (i % 3) + 1)
         grid.setColumnStretch(6, 1)
-        for widget in (self.image, self.prompt):
-            widget.setMinimumWidth(80)
-        grid.addWidget(self.image, 2, 0, 1, 3)
-        grid.addWidget(self.prompt, 2, 3, 1, 3)
+        grid.addWidget(self.media, 2, 0, 1, 6)
         grid.addWidget(self.modules_only, 3, 0, 1, 6)
         self.device.currentTextChanged.connect(lambda _t: self.changed.emit())
         for box in (self.threads, self.image_size, self.frames, self.seq_len, self.batch):
             box.valueChanged.connect(lambda _v: self.changed.emit())
         self.modules_only.toggled.connect(lambda _c: self.changed.emit())
-        for edit in (self.image, self.prompt):
-            edit.textChanged.connect(lambda _t: self.changed.emit())
+        self.media.changed.connect(self.changed.emit)
 
     def summary(self) -> str:
         """One line: what differs from the defaults ("cpu, model's sizes" when nothing does)."""
@@ -69,8 +63,9 @@ class WorkloadControls(QWidget):
             for key, label in (("image_size", "px"), ("frames", "frames"), ("seq_len", "tokens"))
             if o[key]
         ]
-        if o["image"] or o["prompt"]:
-            parts.append("real inputs")
+        files = len(o["images"]) + bool(o["video"]) + bool(o["audio"])
+        if files or o["prompt"]:
+            parts.append(f"real inputs ({files} file{'s' if files != 1 else ''})" if files else "real prompt")
         if o["modules_only"]:
             parts.append("modules only")
         return ", ".join(parts) if len(parts) > 1 else f"{parts[0]}, model's sizes"
@@ -93,8 +88,7 @@ class WorkloadControls(QWidget):
             "seq_len": self.seq_len.value() or None,
             "batch": self.batch.value(),
             "modules_only": self.modules_only.isChecked(),
-            "image": self.image.text().strip() or None,
-            "prompt": self.prompt.text() or None,
+            **self.media.options(),
         }
 
 

@@ -37,7 +37,7 @@ def test_check_demo_passes_float32(qwen2_vl_dir: Path) -> None:
     assert module.comparison.max_abs_diff <= 1e-5
     assert module.timing.original_ms > 0 and module.timing.fused_ms > 0 and module.timing.repeats >= 2
     e2e = result.end_to_end
-    assert e2e.output == "logits" and e2e.input_kind == "vision-grid" and e2e.passed
+    assert e2e.output == "logits" and e2e.input_kind == "image+text, video+text" and e2e.passed
     assert e2e.comparison.max_abs_diff <= 1e-5
     assert set(e2e.input_shapes) >= {"pixel_values", "image_grid_thw", "input_ids"}
     data = json.loads(json.dumps(to_plain(result)))

@@ -12,7 +12,7 @@ import torch
 
 from fusion_core import check
 from fusion_core.families.base import Workload
-from fusion_core.families.patch_embeddings_2d import PatchEmbeddings2dFusion
+from fusion_core.families.patch_embeddings import PatchEmbeddingsFusion
 from fusion_core.families.registry import get_family
 from fusion_core.run.results import compare
 
@@ -27,29 +27,13 @@ def _all_verified(result) -> None:
         assert m.comparison is not None and m.comparison.passed and m.timing is not None
 
 
-def test_llava_vision_tower_verified_on_sample_inputs(tmp_path: Path) -> None:
-    """LLaVA's synthetic end-to-end inputs are text only: the CLIP tower's modules run alone."""
-    result = check(models.llava(tmp_path / "llava"), ALL2D, **FAST)
-    _all_verified(result)
-    by_path = {m.path: m for m in result.modules}
-    embed = by_path["model.vision_tower.embeddings"]
-    assert embed.verified_by == "module sample inputs"
-    assert embed.input_shapes == [[1, 3, 28, 28]]  # the tower's own image size
-    assert by_path["model.language_model.layers.0.self_attn"].verified_by == "end-to-end inputs"
-    assert by_path["model.vision_tower.encoder.layers.0.self_attn"].verified_by == "module sample inputs"
-    assert embed.share_of_end_to_end is None  # the text-only forward never reached it
-    lines = {v.name: v.line for v in result.family_verdicts}
-    assert lines["patch_embeddings_2d"].startswith("patch_embeddings_2d: exact; module ")
-    assert "end-to-end run did not reach it" in lines["patch_embeddings_2d"]
-
-
 @pytest.mark.parametrize("build", [models.clip, models.siglip], ids=["clip", "siglip"])
 def test_dual_tower_runs_end_to_end(tmp_path: Path, build) -> None:
     """CLIPModel / SiglipModel need pixel values and input ids together."""
     result = check(build(tmp_path / "m"), {"patch_embeddings_2d": True, "qkv": True}, **FAST)
     _all_verified(result)
     e = result.end_to_end
-    assert e.ran and e.input_kind == "image" and "input_ids" in e.input_shapes
+    assert e.ran and e.input_kind == "image+text" and "input_ids" in e.input_shapes
     assert all(m.verified_by == "end-to-end inputs" for m in result.modules)
     assert {m.path.split(".")[0] for m in result.modules} == {"text_model", "vision_model"}
     shares = [m.share_of_end_to_end for m in result.modules]
@@ -67,12 +51,6 @@ def test_out_of_vocabulary_image_tokens(tmp_path: Path) -> None:
     assert embed.verified_by == "module sample inputs"
     assert embed.input_shapes == [[4 * 4, 3 * 2 * 14 * 14]]  # 56 px: a 4 x 4 grid of 14 px patches
     assert result.end_to_end.ran and result.end_to_end.input_kind == "text"
-
-
-def test_gemma3_vision_modules(tmp_path: Path) -> None:
-    result = check(models.gemma3(tmp_path / "g"), ALL2D, **FAST)
-    _all_verified(result)
-    assert any(m.verified_by == "module sample inputs" and "vision_tower" in m.path for m in result.modules)
 
 
 def test_sample_inputs_follow_the_workload(tmp_path: Path) -> None:
@@ -107,7 +85,7 @@ def test_no_sample_inputs_is_a_concrete_error(tmp_path: Path) -> None:
         get_family("patch_embeddings").sample_inputs(embed, model.config, Workload(image_size=28))
 
 
-class _NoSamples(PatchEmbeddings2dFusion):
+class _NoSamples(PatchEmbeddingsFusion):
     name = "test_no_samples"
 
     def sample_inputs(self, module, config, workload):
@@ -115,12 +93,12 @@ class _NoSamples(PatchEmbeddings2dFusion):
 
 
 def test_unverified_module_fails_the_check(tmp_path: Path, capsys) -> None:
-    """End to end does not reach LLaVA's vision tower and the family makes no inputs: the row
-    fails with both reasons and the CLI exits 1."""
+    """End to end does not reach the vision tower (its image tokens lie outside the vocabulary)
+    and the family makes no inputs: the row fails with both reasons and the CLI exits 1."""
     from fusion_core.cli.main import main
     from fusion_core.families import register, unregister
 
-    folder = models.llava(tmp_path / "llava")
+    folder = models.qwen25_vl_oov(tmp_path / "q")
     register(_NoSamples(), origin="test")
     try:
         result = check(folder, {"test_no_samples": True}, **FAST)
@@ -168,12 +146,14 @@ def test_bad_workload_is_usage_error(qwen2_vl_dir: Path, capsys, arg: str) -> No
     assert code == 2 and len(err.strip().splitlines()) == 1 and "internal error" not in err
 
 
-def test_prompt_without_tokenizer_files_falls_back_with_a_note(qwen2_vl_dir: Path) -> None:
-    result = check(qwen2_vl_dir, {"patch_embeddings": True}, prompt="a cat", **FAST)
-    assert result.passed and result.end_to_end.input_kind == "vision-grid"
-    assert result.end_to_end.notes[0] == (
-        "the checkpoint has no tokenizer files: synthetic inputs instead of the given image/prompt"
-    )
+def test_prompt_without_tokenizer_files_uses_one_made_from_the_config(llama_dir: Path) -> None:
+    """No tokenizer files: the prompt goes through a tokenizer made from the config (one token a
+    character), never replaced by synthetic text."""
+    result = check(llama_dir, {"qkv": True}, prompt="a cat", **FAST)
+    e = result.end_to_end
+    assert result.passed and e.input_kind == "processor" and e.input_shapes["input_ids"] == [1, 5]
+    assert e.notes[0].startswith("text: a prompt through a tokenizer made from the config")
+    assert [(f.run, f.modality, f.size, f.source) for f in e.inputs] == [("text", "text", "5 tokens", "prompt")]
 
 
 def test_prompt_through_the_checkpoints_own_tokenizer(llama_dir: Path, tmp_path: Path) -> None:
@@ -192,5 +172,5 @@ def test_prompt_through_the_checkpoints_own_tokenizer(llama_dir: Path, tmp_path:
     result = check(folder, {"qkv": True}, prompt="a cat sat", **FAST)
     e = result.end_to_end
     assert result.passed and e.input_kind == "processor" and e.input_shapes["input_ids"] == [1, 3]
-    assert e.notes[0].startswith("real inputs: a prompt through the checkpoint's own tokenizer")
+    assert e.notes[0] == "text: a prompt through the checkpoint's own tokenizer"
     assert all(m.verified_by == "end-to-end inputs" for m in result.modules)

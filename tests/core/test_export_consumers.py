@@ -112,7 +112,10 @@ def test_refuse_option_writes_nothing(tiny, tmp_path: Path) -> None:
 def test_dual_tower_exports_and_verifies(tiny, tmp_path: Path, name: str) -> None:
     result = export(tiny(name), tmp_path / "out", {"qkv": True, "patch_embeddings_2d": True})
     assert result.verification.outputs is not None and result.verification.outputs["passed"]
-    assert result.verification.outputs["input_kind"] == "text+image"
+    outputs = result.verification.outputs
+    assert outputs["input_kind"] == "image+text"
+    assert outputs["compared"] == f"image+text: {outputs['output']}, vision tower"
+    assert {c.compared for c in result.consumers} == {"", outputs["compared"]}  # transformers refuses: nothing ran
     assert _statuses(result) == {"fusion_core": "loads exactly", "transformers": "refuses to load"}
     assert list(_config(tmp_path / "out")["fusion_config"]) == ["qkv", "patch_embeddings_2d"]
     back = export(tmp_path / "out", tmp_path / "back", layout="original")  # no fusion named: its own

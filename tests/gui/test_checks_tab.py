@@ -69,11 +69,12 @@ def test_workload_controls_and_verdicts(qtbot, window, open_model, only_fusions,
 
 
 def test_modules_only_and_sample_inputs_rows(qtbot, window, open_model, only_fusions, tmp_path):
-    """LLaVA: the CLIP tower's rows say they were verified on module sample inputs; with
+    """Qwen2.5-VL whose image tokens lie outside its vocabulary (end to end cannot reach its
+    vision tower): the patch embedding's row says it was verified on module sample inputs; with
     "Modules only" end to end reads "not run" and the speed banner says so."""
-    folder = models.llava(tmp_path / "llava")
+    folder = models.qwen25_vl_oov(tmp_path / "q")
     open_model(window, str(folder))
-    only_fusions(window, "patch_embeddings_2d")
+    only_fusions(window, "patch_embeddings")
     panel = window.checks
     panel.upstream_box.setChecked(False)
     panel.repeats.setValue(2)
@@ -84,6 +85,6 @@ def test_modules_only_and_sample_inputs_rows(qtbot, window, open_model, only_fus
     panel.workload.modules_only.setChecked(True)
     result = _run(qtbot, window)
     assert result.passed and result.modules_only
-    assert [r["module"] for r in panel.model.rows] == ["model.vision_tower.embeddings"]
+    assert [r["module"] for r in panel.model.rows] == ["model.visual.patch_embed"]
     assert "not run: modules only" in panel.speed_banner.text()
     assert "not run: modules only" in panel.end_label.text()

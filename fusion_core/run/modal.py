@@ -1,0 +1,449 @@
+"""End-to-end inputs for every modality a model takes: image+text, video+text, audio+text.
+
+:func:`end_to_end_groups` returns one *group* of candidate inputs per run: for each
+modality the model's forward takes (``pixel_values`` -> image, ``pixel_values_videos`` ->
+video, ``input_features`` / ``input_values`` -> audio) the media (the user's files, else
+seeded synthetic ones) go through the model's own processor
+(:mod:`fusion_core.run.processors`: the checkpoint's files, else built from the config);
+inputs made from the config (:mod:`fusion_core.run.inputs`) follow as the next candidate.
+The runner keeps the first candidate of each group that the model accepts and verifies
+each fused module on the first run that reaches it.
+
+The user's files are never replaced by synthetic ones: a file the model cannot take (no
+such modality, a processor that fails, inputs the model refuses) is an error.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CheckError, one_line
+from ..text import printable
+from .inputs import DEFAULT_GRID_IMAGE_SIZE, ModelInputs, candidate_inputs, entry_module, patch_conv
+from .media import DEFAULT_AUDIO_SECONDS, DEFAULT_FRAMES, Media
+from .results import FedInput
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from ..boundary.options import CheckOptions, Workload
+    from ..model.sources import ModelSource
+
+MODALITY_KEYS = {
+    "image": ("pixel_values",),
+    "video": ("pixel_values_videos",),
+    "audio": ("input_features", "input_values", "input_audio_features"),
+}
+PROCESSOR_KIND = "processor"  # input_kind of a run on the user's files or prompt
+
+
+@dataclass
+class Group:
+    """One run to make: candidates in order; ``required``: the user's files, an error if none runs."""
+
+    label: str  # "image+text", "video+text", "audio+text", "text", "image"
+    candidates: list[ModelInputs] = field(default_factory=list)
+    required: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def taken_modalities(entry: nn.Module) -> list[str]:
+    """The media ``entry``'s forward takes, in the order image, video, audio."""
+    params = inspect.signature(entry.forward).parameters
+    return [m for m, keys in MODALITY_KEYS.items() if any(k in params for k in keys)]
+
+
+def _entry(model: nn.Module, paths: list[str]) -> tuple[str, nn.Module]:
+    path = entry_module(model, paths)
+    return path, (model.get_submodule(path) if path else model)
+
+
+def _user_media(options: CheckOptions, sampling_rate: int) -> list[Media]:
+    from .media import read_audio, read_image, read_video
+
+    media = []
+    if options.images:
+        read = [read_image(p) for p in options.images]
+        media.append(Media("image", [m.items[0] for m in read], ", ".join(m.source for m in read)))
+    if options.video:
+        media.append(read_video(options.video, options.workload.frames))
+    if options.audio:
+        media.append(read_audio(options.audio, sampling_rate or 16000))
+    return media
+
+
+def _sampling_rate(proc: Any) -> int:
+    fe = getattr(proc, "feature_extractor", None) or proc
+    return int(getattr(fe, "sampling_rate", 0) or 0)
+
+
+def _synthetic(kind: str, config: Any, workload: Workload, grid: bool, rate: int) -> Media:
+    from ..families._sample_inputs import config_value
+    from .media import synthetic_audio, synthetic_image, synthetic_video
+
+    side = config_value(config, "image_size")
+    side = int(side[0] if isinstance(side, (list, tuple)) else side) if side else None
+    n = max(1, workload.batch)
+    if kind == "image":
+        size = workload.image_size or side or DEFAULT_GRID_IMAGE_SIZE
+        # a grid model takes any size: one merge unit wider than high, so a swapped (h, w) layout shows
+        wide = 28 if grid and not workload.image_size else 0
+        return synthetic_image(size + wide, size, workload.seed, n)
+    if kind == "video":
+        size = workload.image_size or min(side or 56, 56)
+        frames = workload.frames or int(config_value(config, "num_frames") or DEFAULT_FRAMES)
+        return synthetic_video(size, size, frames, workload.seed, n)
+    return synthetic_audio(DEFAULT_AUDIO_SECONDS, rate or 16000, workload.seed, n)
+
+
+def _prompt(workload: Workload, given: str | None) -> str:
+    if given is not None:
+        return given
+    import random
+
+    rng = random.Random(workload.seed)
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(workload.seq_len or 8))
+
+
+def _wrapped(proc: Any, kind: str) -> str:
+    """The placeholder of one ``kind`` item, between the start/end tokens the tokenizer names."""
+    placeholder = getattr(proc, f"{kind}_token", None) or ""
+    tok = getattr(proc, "tokenizer", None)
+    group = "vision" if kind in ("image", "video") else kind
+    start = end = ""
+    for name in (f"{kind}_start_token", f"{group}_start_token", f"{group}_bos_token"):
+        value = getattr(tok, name, None) if tok is not None else None
+        if isinstance(value, str) and value and value != placeholder:
+            start = value
+            break
+    for name in (f"{kind}_end_token", f"{group}_end_token", f"{group}_eos_token"):
+        value = getattr(tok, name, None) if tok is not None else None
+        if isinstance(value, str) and value and value != placeholder:
+            end = value
+            break
+    return f"{start}{placeholder}{end}"
+
+
+def _processed(
+    proc: Any,
+    media: Media,
+    prompt: str,
+    params: dict,
+    dtype: Any,
+    workload: Workload,
+    entry_path: str,
+    label: str,
+    given: bool = False,
+) -> ModelInputs:
+    """``media`` and ``prompt`` through ``proc``: the model's keyword arguments, and what was fed."""
+    import torch
+
+    arg = {"image": "images", "video": "videos", "audio": "audio"}[media.kind]
+    n = max(1, workload.batch)
+    items = media.items if len(media.items) >= n or media.source != "synthetic" else media.items * n
+    kwargs: dict[str, Any] = {arg: items}
+    if media.kind == "audio":
+        kwargs["sampling_rate"] = media.sampling_rate
+    per_row = max(1, len(items) // n)
+    if "input_ids" in params and getattr(proc, "tokenizer", None) is not None:
+        if getattr(proc, "chat_template", None):
+            content = [{"type": media.kind}] * per_row + [{"type": "text", "text": prompt}]
+            text = proc.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+        else:
+            text = _wrapped(proc, media.kind) * per_row + prompt
+        out = proc(text=[text] * n, return_tensors="pt", **kwargs)
+    else:  # a vision tower alone: its image processor
+        out = proc(**{("images" if arg == "images" else arg): items}, return_tensors="pt")
+    kept: dict[str, Any] = {}
+    for key, value in dict(out).items():
+        if key in params and isinstance(value, torch.Tensor):
+            kept[key] = value.to(dtype) if value.is_floating_point() and dtype is not None else value
+    text_keys = ("input_ids", "mm_token_type_ids", "token_type_ids", "attention_mask")
+    order = [k for k in kept if k not in text_keys] + [k for k in text_keys if k in kept]
+    kept = {k: kept[k] for k in order}  # media first, as the inputs made from the config
+    missing = [k for k in MODALITY_KEYS[media.kind] if k in out and k not in kept]
+    if not any(k in kept for k in MODALITY_KEYS[media.kind]):
+        raise CheckError(f"the processor made no {media.kind} inputs this model takes ({', '.join(missing) or 'none'})")
+    if "use_cache" in params:
+        kept["use_cache"] = False
+    if "return_dict" in params:
+        kept["return_dict"] = True
+    fed = [FedInput(label, media.kind, len(items), media.size(), media.source)]
+    if "input_ids" in kept:
+        ids = kept["input_ids"]
+        fed.append(
+            FedInput(label, "text", int(ids.shape[0]), f"{ids.shape[-1]} tokens", "prompt" if given else "synthetic")
+        )
+    inputs = ModelInputs(entry_path, kept, label, [], fed=fed)
+    return inputs
+
+
+def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
+    """What config-built inputs feed, read from their tensors."""
+    kw = inputs.kwargs
+    fed = []
+    if "image_grid_thw" in kw:
+        g = kw["image_grid_thw"]
+        fed.append(
+            FedInput(label, "image", int(g.shape[0]), f"grid {'x'.join(map(str, g[0].tolist()))} patches", "synthetic")
+        )
+    if "video_grid_thw" in kw:
+        g = kw["video_grid_thw"]
+        fed.append(
+            FedInput(label, "video", int(g.shape[0]), f"grid {'x'.join(map(str, g[0].tolist()))} tubelets", "synthetic")
+        )
+    for key in ("pixel_values", "pixel_values_videos"):
+        v = kw.get(key)
+        if v is not None and v.dim() >= 4 and "image_grid_thw" not in kw and "video_grid_thw" not in kw:
+            kind = "video" if (key.endswith("videos") or v.dim() == 5) else "image"
+            fed.append(FedInput(label, kind, int(v.shape[0]), f"{v.shape[-1]}x{v.shape[-2]} px", "synthetic"))
+    ids = kw.get("input_ids")
+    if ids is not None:
+        fed.append(FedInput(label, "text", int(ids.shape[0]), f"{ids.shape[-1]} tokens", "synthetic"))
+    return fed
+
+
+def _label(inputs: ModelInputs) -> str:
+    kw = inputs.kwargs
+    kinds = []
+    if "pixel_values" in kw and not (kw["pixel_values"].dim() == 5 and inputs.kind == "video"):
+        kinds.append("video" if inputs.kind == "video" else "image")
+    if "pixel_values_videos" in kw:
+        kinds.append("video")
+    if any(k in kw for k in MODALITY_KEYS["audio"]):
+        kinds.append("audio")
+    if "input_ids" in kw:
+        kinds.append("text")
+    return "+".join(kinds) or inputs.kind
+
+
+def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, options: CheckOptions) -> list[Group]:
+    """The runs of a check's end-to-end stage (see the module docstring).
+
+    Raises:
+        OptionError: a given file does not exist.
+        CheckError: a given file cannot be read, the model takes no such input, or the
+            processor cannot make inputs of it.
+    """
+    from .processors import processor_for, tokenizer_for
+
+    workload = options.workload
+    entry_path, entry = _entry(model, paths)
+    params = dict(inspect.signature(entry.forward).parameters)
+    config = getattr(entry, "config", None) or source.config
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    taken = taken_modalities(entry)
+    user = bool(options.images or options.video or options.audio)
+    name = type(entry).__name__
+    for kind, given in (("image", options.images), ("video", options.video), ("audio", options.audio)):
+        if given and kind not in taken:
+            keys = " / ".join(MODALITY_KEYS[kind])
+            raise CheckError(f"--{kind}: {name} takes no {kind} (its forward has no {keys})")
+    folder = getattr(source, "folder", None)
+    proc, proc_note = None, ""
+    if taken:
+        try:
+            proc, proc_note = processor_for(folder, config)
+        except Exception as e:  # the checkpoint's processor files do not load
+            proc_note = f"the checkpoint's processor failed ({one_line(e, first=True, named=True, limit=200)})"
+            if user or options.prompt is not None:
+                raise CheckError(f"{proc_note}: the given files cannot be processed") from None
+        if proc is not None and "input_ids" not in params:  # a vision tower alone: the image processor
+            proc = getattr(proc, "image_processor", proc)
+    groups: list[Group] = []
+    media = _user_media(options, _sampling_rate(proc)) if user else []
+    if not user:
+        grid = "image_grid_thw" in params
+        media = [_synthetic(k, config, workload, grid, _sampling_rate(proc)) for k in taken]
+    prompt = _prompt(workload, options.prompt)
+    fallback = [] if user else list(_config_candidates(model, paths, workload))
+    for m in media:
+        label = f"{m.kind}+text" if "input_ids" in params else m.kind
+        group = Group(label, required=user)
+        handles = proc is not None and (
+            (m.kind == "image" and getattr(proc, "image_processor", proc) is not None and _has(proc, "image"))
+            or (m.kind == "audio" and _has(proc, "audio"))
+        )
+        if handles:
+            try:
+                made = _processed(
+                    proc, m, prompt, params, dtype, workload, entry_path, label, options.prompt is not None
+                )
+                where = printable(m.source) if user else f"synthetic {m.kind} ({m.size()})"
+                made.notes.append(f"{label}: {where} through {proc_note}")
+                if user or options.prompt is not None:
+                    made.kind = PROCESSOR_KIND
+                group.candidates.append(made)
+            except CheckError as e:
+                if user:
+                    raise CheckError(f"--{m.kind}: {e}") from None
+                group.notes.append(f"{label}: {e}; inputs made from the config instead")
+            except Exception as e:  # the processor failed on these media
+                why = one_line(e, first=True, named=True, limit=200)
+                if user:
+                    raise CheckError(f"--{m.kind}: the processor failed on {m.source} ({why})") from None
+                group.notes.append(f"{label}: the processor failed ({why}); inputs made from the config instead")
+        elif proc_note and proc is None and not (m.kind == "image" and "input_ids" in params):
+            group.notes.append(f"{label}: no processor ({proc_note}); inputs made from the config")
+        elif user and m.kind == "video":
+            text_ids = None
+            if options.prompt is not None:
+                text_ids = tokenizer_for(folder, config)[0](options.prompt)["input_ids"]
+            group.candidates += _user_video_grid(model, paths, m, workload, params, text_ids)
+        if m.kind == "image" and "input_ids" in params:
+            # next (or where the processor cannot be built): the image processor alone, and as
+            # many image tokens as the model makes image features (its token strings may not be
+            # the config's: a processor built from the config can miscount)
+            try:
+                made = _counted(model, paths, folder, config, m, prompt, params, dtype, workload, label)
+                how = f"no processor ({proc_note}); " if proc is None else ""
+                made.notes.append(
+                    f"{label}: {how}{printable(m.source)} image through the model's image processor, "
+                    "as many image tokens as its image features"
+                )
+                if user or options.prompt is not None:
+                    made.kind = PROCESSOR_KIND
+                group.candidates.append(made)
+            except Exception as e:  # no image processor either: inputs from the config
+                why = one_line(e, first=True, named=True, limit=200)
+                if user and not group.candidates:
+                    raise CheckError(
+                        f"--image: no processor ({proc_note}), and its image processor failed ({why})"
+                    ) from None
+                if not group.candidates:
+                    group.notes.append(
+                        f"{label}: no processor ({proc_note}; image processor: {why}); inputs from the config"
+                    )
+        if user and not group.candidates:
+            raise CheckError(f"--{m.kind}: {name}'s processor takes no {m.kind} here ({proc_note or 'none'})")
+        if not user:
+            group.candidates += [c for c in fallback if _label(c).split("+")[0] == m.kind]
+        groups.append(group)
+    if not user:
+        text = Group("text")
+        if options.prompt is not None and "input_ids" in params:
+            tok, where = tokenizer_for(folder, config)
+            ids = tok(options.prompt, return_tensors="pt")["input_ids"].repeat(max(1, workload.batch), 1)
+            kw: dict[str, Any] = {"input_ids": ids}
+            if "attention_mask" in params:
+                import torch
+
+                kw["attention_mask"] = torch.ones_like(ids)
+            if "use_cache" in params:
+                kw["use_cache"] = False
+            fed = [FedInput("text", "text", int(ids.shape[0]), f"{ids.shape[-1]} tokens", "prompt")]
+            text.candidates.append(
+                ModelInputs(entry_path, kw, PROCESSOR_KIND, [f"text: a prompt through {where}"], fed=fed)
+            )
+        text.candidates += [c for c in fallback if _label(c) == "text" or not taken]
+        text.required = options.prompt is not None and not taken
+        if not groups or (options.prompt is not None and not taken):
+            groups.append(text)
+        else:
+            groups.append(Group("text", text.candidates, notes=["fallback"]))
+    for g in groups:
+        for c in g.candidates:
+            if not c.fed:
+                c.fed = _fed_of(c, _label(c))
+            if c.kind not in (PROCESSOR_KIND,):
+                c.kind = _label(c)
+    return groups
+
+
+def _rows(features: Any) -> int:
+    """How many feature vectors (= image tokens) ``get_image_features`` made."""
+    import torch
+
+    if isinstance(features, torch.Tensor):
+        return int(features.shape[:-1].numel())
+    if isinstance(features, (list, tuple)):
+        return sum(_rows(f) for f in features)
+    for key in ("pooler_output", "image_embeds", "last_hidden_state"):
+        value = getattr(features, key, None)
+        if value is not None:
+            return _rows(value)
+    raise CheckError(f"cannot count the image features ({type(features).__name__})")
+
+
+def _counted(
+    model: nn.Module, paths: list[str], folder: Any, config: Any, media: Media, prompt: str, params: dict,
+    dtype: Any, workload: Workload, label: str,
+) -> ModelInputs:  # fmt: skip
+    """Image inputs from the model's image processor, text with one image token per image feature."""
+    import torch
+
+    from ..families._sample_inputs import config_value
+    from .inputs import _generator, _text_ids
+    from .processors import image_processor_for, synthetic_tokenizer
+
+    image_proc = image_processor_for(folder, config)
+    if image_proc is None:
+        raise CheckError("transformers maps no image processor to this model type")
+    n = max(1, workload.batch)
+    items = media.items * n if media.source == "synthetic" else media.items
+    out = image_proc(images=items, return_tensors="pt")
+    kept = {k: v for k, v in dict(out).items() if k in params and isinstance(v, torch.Tensor)}
+    for key, value in kept.items():
+        if value.is_floating_point() and dtype is not None:
+            kept[key] = value.to(dtype)
+    entry_path, entry = _entry(model, paths)
+    with torch.inference_mode():
+        count = _rows(entry.get_image_features(**kept))
+    image_id = config_value(config, "image_token_id", "image_token_index")
+    if image_id is None:
+        raise CheckError("the config names no image token")
+    per_row = count // n
+    start = config_value(config, "boi_token_index", "vision_start_token_id", "image_start_token_id")
+    end = config_value(config, "eoi_token_index", "vision_end_token_id", "image_end_token_id")
+    if prompt and media.source != "synthetic":
+        text = synthetic_tokenizer(config)(prompt)["input_ids"]
+    else:
+        text = _text_ids(config, len(prompt) or 8, _generator(workload.seed))
+    ids = ([start] if start is not None else []) + [image_id] * per_row + ([end] if end is not None else []) + text
+    kept["input_ids"] = torch.tensor([ids] * n)
+    if "attention_mask" in params:
+        kept["attention_mask"] = torch.ones_like(kept["input_ids"])
+    if "use_cache" in params:
+        kept["use_cache"] = False
+    if "return_dict" in params:
+        kept["return_dict"] = True
+    fed = [FedInput(label, "image", len(items), media.size(), media.source)]
+    fed.append(
+        FedInput(label, "text", n, f"{len(ids)} tokens", "synthetic" if media.source == "synthetic" else "prompt")
+    )
+    return ModelInputs(entry_path, kept, label, [], fed=fed)
+
+
+def _has(proc: Any, kind: str) -> bool:
+    if kind == "image":
+        return getattr(proc, "image_processor", None) is not None or not hasattr(proc, "tokenizer")
+    return getattr(proc, "feature_extractor", None) is not None
+
+
+def _config_candidates(model: nn.Module, paths: list[str], workload: Workload) -> list[ModelInputs]:
+    try:
+        return list(candidate_inputs(model, paths, seed=workload.seed, workload=workload))
+    except ValueError:
+        return []
+
+
+def _user_video_grid(
+    model: nn.Module, paths: list[str], media: Media, workload: Workload, params: dict, text_ids: list[int] | None
+) -> list:
+    """A Qwen-VL-like grid model's video inputs from real frames (its video processor needs torchvision)."""
+    from .inputs import video_grid_inputs
+
+    conv = next((c for p in paths if (c := patch_conv(model.get_submodule(p))) is not None), None)
+    if conv is None or "video_grid_thw" not in params:
+        return []
+    entry_path, entry = _entry(model, paths)
+    made = video_grid_inputs(entry, conv, params, workload, frames=media.items[0], text_ids=text_ids)
+    made.entry = entry_path
+    made.fed = [FedInput("video+text", "video", 1, media.size(), media.source)]
+    made.fed += _fed_of(made, "video+text")[-1:]
+    made.fed[-1].source = "prompt" if text_ids is not None else "synthetic"
+    made.kind = PROCESSOR_KIND
+    made.notes.append(f"video+text: frames of {media.source} patched as the model's video processor would")
+    return [made]
