@@ -164,14 +164,14 @@ def build_meta_model(source: ModelSource) -> nn.Module:
     """
     import torch
 
-    from ..patching import patch_lock
+    from ..patching import current_class, patch_lock
     from .sources import check_model_size, module_budget
 
     config = source.config
     check_model_size(config, source.name, MAX_MODULES)  # absurd layer counts: refused before building
     with patch_lock(), torch.device("meta"), module_budget(MAX_MODULES, source.name):
         try:
-            model = source.model_class(config)
+            model = current_class(source.model_class)(config)  # fused inside a scoped_patch of the root
         except FusionError:  # the module budget ran out
             raise
         except Exception as e:
