@@ -231,9 +231,13 @@ class ConvPatchFusion(FusionSpec):
         return {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}[self.conv_type]
 
     def is_candidate(self, path: str, module: nn.Module) -> bool:
-        if type(module) in _CONTAINERS or isinstance(module, nn.modules.conv._ConvNd):
+        children = module._modules
+        if not children or type(module) in _CONTAINERS or isinstance(module, nn.modules.conv._ConvNd):
             return False
-        convs = owned_convs(module, self.conv_type)
+        conv_type = self.conv_type
+        if not any(type(c) is conv_type or type(c) in _CONTAINERS for c in children.values()):
+            return False  # the common case, decided without a walk
+        convs = owned_convs(module, conv_type)
         if not convs:
             return False
         if any(p is None or p.startswith(_HELD) for _r, _c, p in convs):
