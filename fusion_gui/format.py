@@ -82,12 +82,17 @@ def seconds_text(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60)} s"
 
 
+#: first segments that name a wrapper, not a part: the segment after them is kept as well
+_WRAPPERS = frozenset({"model", "base_model", "thinker", "module"})
+
+
 def elide_dotted(text: str, width: int, measure: Callable[[str], int]) -> str:
     """Shorten a dotted key to ``width`` without hiding its layer indices or its tail.
 
-    Whole segments are dropped from the left, never a numeric one (the layer index) nor
-    the last two (``q_proj.weight``); each dropped run becomes one '…'. Only when that is
-    not enough is the text cut in the middle.
+    Whole segments are dropped after the first one (``vision_model`` or ``language_model``:
+    it tells the towers apart; after ``model.``, the next one too), never a numeric one (the
+    layer index) nor the last two (``q_proj.weight``); each dropped run becomes one '…'.
+    Only when that is not enough is the text cut in the middle.
 
     Args:
         text: a module path or checkpoint key.
@@ -100,7 +105,8 @@ def elide_dotted(text: str, width: int, measure: Callable[[str], int]) -> str:
     if measure(text) <= width:
         return text
     parts = text.split(".")
-    keep = [p.isdigit() or i >= len(parts) - 2 for i, p in enumerate(parts)]
+    head = 2 if parts[0] in _WRAPPERS and len(parts) > 4 else 1
+    keep = [p.isdigit() or i < head or i >= len(parts) - 2 for i, p in enumerate(parts)]
     dropped = [False] * len(parts)
     for i in range(len(parts)):
         if keep[i]:

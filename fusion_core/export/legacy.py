@@ -28,10 +28,14 @@ def _short(keys: list[str], limit: int = 2) -> str:
 def legacy_note(plan: FusionPlan, layout: str) -> str | None:
     """The note for exporting ``plan``'s legacy-layout source to ``layout``, or None.
 
-    None when the source's keys load under the model's own names (nothing is renamed or
-    split), or for an original-layout export of a source whose names it restores (renamed
-    keys only: the reverse renamings give the source's names back).
+    Only a fused export of a legacy *fused* source (:attr:`FusionPlan.legacy_fused`: it is
+    loaded through transformers' conversion, so every key gets the model's current name)
+    changes the layout; any other export keeps untouched keys under their stored names and
+    reverses its own transforms' renamings.
     """
+    if layout != "fused" or not plan.legacy_fused:
+        # otherwise untouched keys keep their stored names and the transforms' own are reversed
+        return None
     try:
         matcher = plan.inspection.key_matcher()
     except Exception:  # no checkpoint: nothing is exported
@@ -42,7 +46,7 @@ def legacy_note(plan: FusionPlan, layout: str) -> str | None:
     for conv in converted:
         for src in conv.sources:
             split.setdefault(src, []).append(conv.model_key)
-    if not split and (layout == "original" or not renamed):
+    if not split and not renamed:
         return None
     parts = []
     if renamed:
