@@ -176,7 +176,8 @@ class Overlay:
             lines.append(f"<br><b>not fused by {e(family)}</b>: {e(reason)}")
         elif path in self.near:
             family, reason = self.near[path]
-            lines.append(f"<br><b>{e(family)}</b>: not a candidate: {e(reason)}")
+            why = reason.removeprefix("not a candidate: ")  # discovery's reasons carry the words already
+            lines.append(f"<br><b>{e(family)}</b>: not a candidate: {e(why)}")
         count = self.counts.get(path, 0)
         if count:
             lines.append(f"<br>{count} module{'s' if count != 1 else ''} below will be fused")

@@ -98,12 +98,21 @@ class FoldGroup:
         else:
             text = f"{self.parent.name} {first}–{last} ×{len(self.nodes)} (identical)"
         if self.note:
-            text += f" · {self.note.split(':', 1)[0]}"  # "3 differs in self_attn"; the rest in the tooltip
+            # "3 differs in self_attn", "3 is MllamaCrossAttentionDecoderLayer"; the rest in the tooltip
+            text += f" · {self.note.split(':', 1)[0].split(' (', 1)[0]}"
         return text + (f" · {self.marks}" if self.marks else "")
 
     @property
     def paths(self) -> list[str]:
         return [n.path for n in self.nodes]
+
+
+def _note(first: ModuleNode, other: ModuleNode, how: str) -> str:
+    """'3 differs in self_attn: ...', or '3 is MllamaCrossAttentionDecoderLayer' when its class differs
+    (the label shows the part before the colon, the tooltip all of it)."""
+    if first.class_qualname != other.class_qualname:
+        return f"{other.name} is {other.class_name} (not {first.class_name})"
+    return f"{other.name} differs in {how}"
 
 
 def _folds(item: ModuleNode, children: list[ModuleNode]) -> list[Any]:
@@ -125,13 +134,13 @@ def _folds(item: ModuleNode, children: list[ModuleNode]) -> list[Any]:
         if period:
             other = next((n for n in nodes[1:period] if n.signature != nodes[0].signature), None)
             if other is not None:
-                note = f"{other.name} differs in {difference(nodes[0], other)}"
+                note = _note(nodes[0], other, difference(nodes[0], other))
         else:
             after = children[stop] if stop < len(children) else None
             before = children[start - 1] if start else None
             near = next((n for n in (after, before) if n is not None and n.name.isdigit()), None)
             if near is not None:
-                note = f"{near.name} differs in {difference(nodes[0], near)}"
+                note = _note(nodes[0], near, difference(nodes[0], near))
         out.append(FoldGroup(item, nodes, period, note))
         i = stop
     out.extend(children[i:])
