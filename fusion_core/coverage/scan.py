@@ -252,7 +252,9 @@ def format_report(report: CoverageReport) -> str:
     convs = [r for r in report.results if r.convolutions]
     if convs:
         total = sum(r.convolutions["non_overlapping"] for r in convs)
-        loose = [(r.model_type, ", ".join(r.convolutions["unexplained"])) for r in convs if r.convolutions["unexplained"]]
+        loose = [
+            (r.model_type, ", ".join(r.convolutions["unexplained"])) for r in convs if r.convolutions["unexplained"]
+        ]
         out.append(
             f"\nnon-overlapping convolutions: {total} in {sum(1 for r in convs if r.convolutions['non_overlapping'])} "
             f"model type(s); without a match or a reason: {len(loose)} type(s)"

@@ -29,8 +29,8 @@ from ..plan.layout import require_checkpoint
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from . import files as fs
 from .consumers import LOADS_EXACTLY, LOADS_WRONG, transformers_accepts
-from .result import Consumer, ExportResult, ExportVerification, OutputFile, SkippedFile
 from .legacy import legacy_note
+from .result import Consumer, ExportResult, ExportVerification, OutputFile, SkippedFile
 from .rules import check_dtypes, check_original_keys, guard, legacy_tensors, matched_config, with_own_families
 from .writer import OutTensor, iter_write, plan_shards, write_text
 

@@ -369,6 +369,7 @@ def difference(a: ModuleNode, b: ModuleNode, limit: int = 6) -> str:
         for name in sorted(xs.keys() | ys.keys()):
             tx, ty = xs.get(name), ys.get(name)
             if tx is None or ty is None or (tx.shape, tx.dtype) != (ty.shape, ty.dtype):
+
                 def show(t: TensorSpec | None) -> str:
                     return "none" if t is None else "x".join(map(str, t.shape)) or "scalar"
 

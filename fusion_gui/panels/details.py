@@ -121,7 +121,9 @@ class DetailsPanel(QWidget):
                 return f"<span style='color:{style.REJECTED}'>not a candidate</span>: {e(why)}"
         fused_by = self._fused_by_other(family, path)
         if fused_by:  # a module inside another family's fused module (a fused patch embedding's conv)
-            return f"<span style='color:gray'>not a candidate</span>; <span style='color:{style.PASS}'>{fused_by}</span>"
+            return (
+                f"<span style='color:gray'>not a candidate</span>; <span style='color:{style.PASS}'>{fused_by}</span>"
+            )
         return "<span style='color:gray'>not a candidate</span>"
 
     def _fused_by_other(self, family: str, path: str) -> str:

@@ -46,7 +46,12 @@ def test_bare_and_mid_network_convolutions_pass_the_kit():
         ("glm4v", FAMILY, "visual", "visual.linear_downsample.weight"),
         ("glm4v", "patch_embeddings", "visual.patch_embed", "visual.patch_embed.linear_proj.weight"),
         ("sam", FAMILY, "prompt_encoder.mask_embed", "prompt_encoder.mask_embed.linear_conv2.weight"),
-        ("pvt", FAMILY, "encoder.block.0.0.attention.self", "encoder.block.0.0.attention.self.linear_sequence_reduction.weight"),
+        (
+            "pvt",
+            FAMILY,
+            "encoder.block.0.0.attention.self",
+            "encoder.block.0.0.attention.self.linear_sequence_reduction.weight",
+        ),
     ],
 )
 def test_matched_wherever_it_sits(arch, family, path, key):

@@ -12,7 +12,7 @@ from PySide6.QtGui import QColor
 
 from fusion_core import inspect_model
 from fusion_gui.format import elide_dotted
-from fusion_gui.models.tree_model import NAME, SHAPE, FoldGroup, FoldRole, ModuleTreeModel
+from fusion_gui.models.tree_model import SHAPE, FoldGroup, FoldRole, ModuleTreeModel
 
 LLAMA4_LAYERS = "language_model.model.layers"
 
