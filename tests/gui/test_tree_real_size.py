@@ -145,3 +145,14 @@ def test_the_engine_ends_at_once_on_quit(qtbot):
     engine.stop()
     assert not engine.running
     assert time.monotonic() - t0 < QUIT_GRACE_MS / 1000 + 1.5
+
+
+def test_export_dialog_names_only_the_families_that_match(qtbot, window, open_model, only_fusions):
+    from fusion_gui.panels.export_dialog import ExportDialog
+
+    open_model(window, "demo:vit")
+    only_fusions(window, "patch_embeddings_2d", "qkv")  # ViT's query/key/value: qkv matches nothing
+    dialog = ExportDialog(window.state, window)
+    qtbot.addWidget(dialog)
+    note = dialog.note.text()
+    assert "fusions: <b>patch_embeddings_2d</b>" in note and "qkv" not in note
