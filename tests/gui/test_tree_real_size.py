@@ -151,8 +151,8 @@ def test_export_dialog_names_only_the_families_that_match(qtbot, window, open_mo
     from fusion_gui.panels.export_dialog import ExportDialog
 
     open_model(window, "demo:vit")
-    only_fusions(window, "patch_embeddings_2d", "qkv")  # ViT's query/key/value: qkv matches nothing
+    only_fusions(window, "patch_embeddings_2d", "gate_up")  # ViT has no gated MLP: gate_up matches nothing
     dialog = ExportDialog(window.state, window)
     qtbot.addWidget(dialog)
     note = dialog.note.text()
-    assert "fusions: <b>patch_embeddings_2d</b>" in note and "qkv" not in note
+    assert "fusions: <b>patch_embeddings_2d</b>" in note and "gate_up" not in note
