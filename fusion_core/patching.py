@@ -91,6 +91,13 @@ class _RecorderSnapshot:
                 setattr(cls, _RECORDERS, own)
 
 
+def current_class(cls: type) -> type:
+    """``cls`` as its own module names it now: its fused class inside a :func:`scoped_patch`
+    that replaces it (a model whose root is fused is built from this), else ``cls`` itself."""
+    now = getattr(sys.modules.get(cls.__module__), cls.__name__, cls)
+    return now if isinstance(now, type) and issubclass(now, cls) else cls
+
+
 @contextmanager
 def scoped_patch(mapping: Mapping[type, type]) -> Iterator[None]:
     """Replace each original class by its fused class for the duration of the block.

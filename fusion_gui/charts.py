@@ -104,7 +104,8 @@ class ChecksChart(QChartView):
         bars.setLabelsVisible(True)
         bars.setLabelsFormat("@value×")
         bars.setLabelsPrecision(3)
-        bars.setLabelsPosition(QBarSeries.LabelsPosition.LabelsOutsideEnd)
+        # at the bar's foot: above its end the label sat on the whisker, which runs through the end
+        bars.setLabelsPosition(QBarSeries.LabelsPosition.LabelsInsideBase)
         chart.addSeries(bars)
 
         ok_dots, bad_dots = QScatterSeries(), QScatterSeries()

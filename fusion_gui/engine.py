@@ -36,6 +36,8 @@ from .jobs import Job
 
 R = TypeVar("R")
 
+#: how long the engine may take to end by itself once its input is closed, at quit
+QUIT_GRACE_MS = 400
 log = logging.getLogger("fusion_gui.engine")
 
 CANCEL_GRACE_S = 5.0  # a cancelled job that has not stopped by then ends with the process
@@ -89,8 +91,13 @@ class Engine(QObject):
         proc.start(argv[0], argv[1:])
         log.debug("engine process starting: %s", " ".join(argv[:2]))
 
-    def stop(self, msecs: int = 5000) -> None:
-        """End the process: close its input (it cancels its jobs and exits), kill it if it does not."""
+    def stop(self, msecs: int = QUIT_GRACE_MS) -> None:
+        """End the process: close its input (it cancels its jobs and exits), end it if it does not.
+
+        At quit the grace is short: an engine with torch imported takes seconds to tear itself
+        down, and the window must not linger (Ctrl+Q). An export cut short leaves only its
+        temporary sibling, which the next export to that place removes.
+        """
         proc = self._proc
         if proc is None:
             return
@@ -100,7 +107,7 @@ class Engine(QObject):
                 proc.closeWriteChannel()
                 if not proc.waitForFinished(msecs):
                     proc.kill()
-                    proc.waitForFinished(2000)
+                    proc.waitForFinished(1000)
         except RuntimeError:  # already deleted with the application
             pass
         self._proc = None
@@ -323,7 +330,7 @@ def shared_engine() -> Engine:
 
 def _stop_quietly(engine: Engine) -> None:
     if _alive(engine):
-        engine.stop(2000)
+        engine.stop()
 
 
 def _alive(engine: Engine) -> bool:

@@ -618,5 +618,5 @@ class AppState(QObject):
     def shutdown(self) -> None:
         """Cancel the running job, wait for the engine's answers, and drop this window's model there."""
         self.jobs.cancel_current()
-        self.jobs.wait_for_done(10_000)
+        self.jobs.wait_for_done(1_500)  # at quit the engine is ended anyway: the window must not linger
         self.jobs.engine.forget(self.session)

@@ -66,7 +66,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     insp = inspect_model(args.model, trust_remote_code=args.trust_remote_code)
     for note in insp.source.notes:
         say(f"fusion-core: note: {note}", err=True)
-    diff = diff_plan(insp.plan({name: True for name in args.fusion}))
+    from .inspect import fusion_config_of  # "a,b" gets the hint to repeat --fusion
+
+    diff = diff_plan(insp.plan({name: True for name in fusion_config_of(args.fusion)}))
     if args.json:
         print_json(diff)
     else:

@@ -169,6 +169,13 @@ def fusion_config_of(values: list[str]) -> dict[str, Any]:
     config: dict[str, Any] = {}
     for value in values:
         name, sep, rest = value.partition(":")
+        if "," in name:  # "qkv,gate_up": one unknown name, unless a family is really called so
+            from ..families import REGISTRY
+
+            if name not in REGISTRY:
+                parts = [p for p in name.split(",") if p]
+                repeat = " ".join(f"--fusion {p}" for p in parts)
+                raise UsageError(f"--fusion {value}: one family per --fusion; to enable several, repeat it: {repeat}")
         if not sep:
             config[name] = True
             continue

@@ -48,6 +48,9 @@ class TypeResult:
     error: str = ""
     #: family -> {"matches": [{class, fused_class, modules}], "rejected": [{class, reason, modules}]}
     families: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    #: with a convolution family scanned: ``{"non_overlapping": count, "unexplained": [paths]}``,
+    #: the non-overlapping convolutions and those no such family matched or gave a reason for
+    convolutions: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -246,6 +249,18 @@ def format_report(report: CoverageReport) -> str:
         if rejected:
             rows = [(r.model_type, _modules(c), c["reason"]) for r in rejected for c in r.rejected(name)]
             out.append(table(rows, ["model type", "rejected modules", "reason"]))
+    convs = [r for r in report.results if r.convolutions]
+    if convs:
+        total = sum(r.convolutions["non_overlapping"] for r in convs)
+        loose = [
+            (r.model_type, ", ".join(r.convolutions["unexplained"])) for r in convs if r.convolutions["unexplained"]
+        ]
+        out.append(
+            f"\nnon-overlapping convolutions: {total} in {sum(1 for r in convs if r.convolutions['non_overlapping'])} "
+            f"model type(s); without a match or a reason: {len(loose)} type(s)"
+        )
+        if loose:
+            out.append(table(loose, ["model type", "convolutions"]))
     failed = report.failed
     out.append(f"\ncould not instantiate: {len(failed)} model type(s)")
     if failed:

@@ -113,6 +113,7 @@ def scan_type(model_type: str, family_names: Sequence[str], timeout: float) -> d
         named = list(model.named_modules())
         result["modules"] = len(named)
         result["families"] = {name: _discover(model, named, config, name) for name in family_names}
+        result["convolutions"] = _convolutions(named, result["families"])
     except TypeTimeout:
         result.update(_failure("timeout", "TimeoutError", f"took longer than {timeout:g} s ({stage} stage)"))
     except BaseException as e:  # a model's own failure of any kind is a result, not a crash
@@ -130,6 +131,40 @@ def scan_type(model_type: str, family_names: Sequence[str], timeout: float) -> d
 def _failure(stage: str, error_type: str, message: str) -> dict[str, Any]:
     first = next((line.strip() for line in message.splitlines() if line.strip()), "")
     return {"status": "failed", "stage": stage, "error_type": error_type, "error": first[:300]}
+
+
+#: the convolution families and the Conv class each decides on
+_CONV_FAMILIES = {"patch_embeddings": "Conv3d", "patch_embeddings_2d": "Conv2d"}
+
+
+def _convolutions(named: list[tuple[str, Any]], families: dict[str, Any]) -> dict[str, Any]:
+    """Every non-overlapping convolution of the kinds the scanned families decide on, and
+    those that no family matched or rejected with a reason (through their host module).
+
+    Folded into the same pass as discovery (same modules, no second build).
+    """
+    from ..families._conv_patch import overlap_problem
+
+    kinds = {_CONV_FAMILIES[f] for f in families if f in _CONV_FAMILIES}
+    if not kinds:
+        return {}
+    decided: set[str] = set()
+    for name, found in families.items():
+        if name in _CONV_FAMILIES:
+            for entry in (*found["matches"], *found["rejected"]):
+                decided.update(entry["modules"])
+    total, unexplained = 0, []
+    for path, module in named:
+        if type(module).__name__ not in kinds or type(module).__module__ != "torch.nn.modules.conv":
+            continue
+        if overlap_problem(module) is not None:
+            continue
+        total += 1
+        parts = path.split(".")
+        hosts = {".".join(parts[:i]) for i in range(len(parts))}  # every ancestor, the root ("") too
+        if not hosts & decided:
+            unexplained.append(path)
+    return {"non_overlapping": total, "unexplained": unexplained[:20]}
 
 
 def _discover(model: Any, named: list[tuple[str, Any]], config: Any, family: str) -> dict[str, Any]:

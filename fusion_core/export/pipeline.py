@@ -29,6 +29,7 @@ from ..plan.layout import require_checkpoint
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from . import files as fs
 from .consumers import LOADS_EXACTLY, LOADS_NOT_COMPARED, LOADS_WRONG, transformers_accepts
+from .legacy import legacy_note
 from .result import Consumer, ExportResult, ExportVerification, OutputFile, SkippedFile
 from .rules import check_dtypes, check_original_keys, guard, legacy_tensors, matched_config, with_own_families
 from .writer import OutTensor, iter_write, plan_shards, write_text
@@ -166,6 +167,9 @@ def iter_export(
         recorded = guard(recorded)
     config_text = fs.export_config(config, fusion_config=recorded)
     others, skipped = fs.plan_other_files(src.folder, set(ckpt.files) | {ckpt.index_file or ""})
+    legacy_layout = legacy_note(plan, layout)
+    if legacy_layout:  # said before anything is written
+        yield Progress(0, 0, legacy_layout)
 
     dest = fs.check_destination(src.folder, out_dir, overwrite=options.overwrite)
     tmp = fs.make_temp_sibling(dest.path)
@@ -189,6 +193,8 @@ def iter_export(
         yield Progress(total, total, "verifying headers")
         verification = _verify_written(tmp, wplan, ckpt, groups)
         verification.notes.extend(dest.notes)  # leftovers of a killed export, removed
+        if legacy_layout:
+            verification.notes.append(legacy_layout)
         if layout == "original":
             check_original_keys(insp, tmp)
         consumers: list[Consumer] = []
@@ -263,7 +269,7 @@ def iter_export(
         consumers=consumers,
         written_fusion_config=recorded,
         guarded=guarded,
-        messages=[widened] if widened else [],
+        messages=[m for m in (widened, legacy_layout) if m],
     )
 
 

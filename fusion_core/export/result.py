@@ -60,7 +60,8 @@ class ExportVerification:
     def summary(self) -> str:
         """One line: what was checked."""
         parts = [f"{self.tensors_checked} tensors in {self.files_checked} file(s) match the plan"]
-        if self.transforms_inverted:
+        changed = any(n.startswith("layout changes: ") for n in self.notes)  # export.legacy.LEGACY_NOTE
+        if self.transforms_inverted and not changed:
             parts.append(f"{self.transforms_inverted} transform(s) invert bitwise")
         if self.outputs_checked and self.outputs:
             parts.append(self.outputs.get("summary", "outputs match"))

@@ -93,12 +93,85 @@ def linear_name(attr: str) -> str:
     return f"linear_{attr}"
 
 
-class FusedPatchEmbeddingMixin(nn.Module):
-    """Mixed in front of the original class: its Conv child becomes a :class:`PatchLinear`.
+#: torch's own containers: they cannot host a fused class (patched class-level for every
+#: model), so a convolution inside one belongs to the nearest ancestor that is not one
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+#: containers that look their children up by key (``layers[0]`` is ``_modules["0"]``): a
+#: child renamed ``linear_0`` would no longer be found
+_KEYED = (nn.ModuleList, nn.ModuleDict)
+_HELD = "held in a "
+#: a convolution with more input channels than this (RGB, RGBA, a depth or mask channel
+#: added) takes feature maps, not pixels: a mid-network one
+_MAX_PIXEL_CHANNELS = 4
 
-    The Linear is registered as ``linear_<attr>`` (so fused checkpoints use the same key
-    names as transformers' own fusion) and stays reachable under the original ``<attr>``,
-    so the original ``forward`` runs unchanged.
+
+def overlap_problem(conv: nn.Module) -> str | None:
+    """Why ``conv`` is not a non-overlapping convolution, or None when it is one.
+
+    Non-overlapping: stride == kernel, zero padding (``"valid"`` too), dilation 1, groups 1,
+    not transposed, and a kernel of more than one element (a 1x1 convolution is already a
+    per-position Linear: reshaping it gains nothing).
+    """
+    dims = len(conv.kernel_size)
+    zeros, ones = (0,) * dims, (1,) * dims
+    if getattr(conv, "transposed", False):
+        return "is a transposed convolution"
+    if tuple(conv.stride) != tuple(conv.kernel_size):
+        return f"stride {tuple(conv.stride)} != kernel {tuple(conv.kernel_size)}"
+    # padding="valid" (SigLIP and others) is zero padding spelled as a string
+    if conv.padding != "valid" and (isinstance(conv.padding, str) or tuple(conv.padding) != zeros):
+        return f"padding {conv.padding!r} is not zero"
+    if tuple(conv.dilation) != ones:
+        return f"dilation {tuple(conv.dilation)} is not 1"
+    if conv.groups != 1:
+        return f"groups {conv.groups} != 1"
+    if math.prod(conv.kernel_size) == 1:
+        return "kernel 1: already a per-position Linear, nothing to gain"
+    return None
+
+
+def owned_convs(module: nn.Module, conv_type: type[nn.Module]) -> list[tuple[str, nn.Module, str | None]]:
+    """The ``conv_type`` convolutions ``module`` hosts: its children, and those inside its
+    torch containers (``downsampling_layer.1``), as ``(relative path, conv, problem)``.
+
+    ``problem`` is None for a non-overlapping convolution this family converts, else why not.
+    """
+    found: list[tuple[str, nn.Module, str | None]] = []
+    stack: list[tuple[str, nn.Module, type | None]] = [("", module, None)]
+    while stack:
+        prefix, parent, keyed = stack.pop(0)
+        for name, child in parent._modules.items():
+            if child is None:
+                continue
+            rel = f"{prefix}{name}"
+            if type(child) is conv_type:
+                problem = overlap_problem(child)
+                if problem is None and keyed is not None:
+                    problem = (
+                        f"{_HELD}{keyed.__name__} (looked up by key {name!r}), so it cannot become "
+                        f"{linear_name(name)!r} without breaking the model's own indexing"
+                    )
+                found.append((rel, child, problem))
+            elif type(child) in _CONTAINERS:
+                inner = type(child) if type(child) in _KEYED else keyed
+                stack.append((f"{rel}.", child, inner))
+    return found
+
+
+def fused_key_path(rel: str) -> str:
+    """``patch_conv`` -> ``linear_patch_conv``; ``downsampling_layer.1`` -> ``downsampling_layer.linear_1``."""
+    head, _, last = rel.rpartition(".")
+    return f"{head}.{linear_name(last)}" if head else linear_name(last)
+
+
+class FusedPatchEmbeddingMixin(nn.Module):
+    """Mixed in front of the original class: each non-overlapping Conv it hosts becomes a
+    :class:`PatchLinear`.
+
+    The Linear is registered as ``linear_<attr>`` in the Conv's place (so fused checkpoints
+    use the same key names as transformers' own fusion, and a Sequential keeps its order)
+    and a direct child stays reachable under the original ``<attr>``, so the original
+    ``forward`` runs unchanged. An instance hosting none is left as it is.
     """
 
     _conv_type: ClassVar[type[nn.Module]] = nn.Conv3d
@@ -109,12 +182,22 @@ class FusedPatchEmbeddingMixin(nn.Module):
 
     @classmethod
     def _convert(cls, module: nn.Module) -> None:
-        attr = conv_child_name(module, cls._conv_type)
-        if attr is None:
-            raise TypeError(f"{type(module).__name__} has no {cls._conv_type.__name__} child to fuse")
-        conv = module._modules.pop(attr)
-        module._modules[linear_name(attr)] = PatchLinear.from_conv(conv)
-        module.__dict__["_fusion_aliases"] = {attr: linear_name(attr)}
+        aliases = dict(module.__dict__.get("_fusion_aliases") or {})
+        for rel, conv, problem in owned_convs(module, cls._conv_type):
+            if problem is not None:
+                continue
+            head, _, attr = rel.rpartition(".")
+            parent = module.get_submodule(head) if head else module
+            items = list(parent._modules.items())
+            parent._modules.clear()
+            for name, child in items:  # in place: a Sequential runs its children in order
+                if name == attr:
+                    parent._modules[linear_name(attr)] = PatchLinear.from_conv(conv)
+                else:
+                    parent._modules[name] = child
+            if not head:
+                aliases[attr] = linear_name(attr)
+        module.__dict__["_fusion_aliases"] = aliases
 
     def __getattr__(self, name: str) -> object:
         aliases = self.__dict__.get("_fusion_aliases")
@@ -130,38 +213,62 @@ def conv_child_name(module: nn.Module, conv_type: type[nn.Module]) -> str | None
 
 
 class ConvPatchFusion(FusionSpec):
-    """Non-overlapping ConvNd patch embeddings -> one flattened Linear."""
+    """Non-overlapping ConvNd (patch embeddings, downsampling, spatial reduction) -> one Linear.
+
+    Decided by structure: a module is a candidate when it hosts a non-overlapping
+    convolution of :attr:`conv_type` (a child, or inside its torch containers), wherever it
+    sits; one named like a patch embedding is a candidate with any such convolution, so an
+    overlapping patch embedding is rejected with its reason.
+    """
 
     conv_type: ClassVar[type[nn.Module]] = nn.Conv3d
+    #: a module named like a patch embedding that holds a Linear and no convolution is
+    #: explained as a near miss ("already a Linear"); the 2-D family does this
+    explains_linear: ClassVar[bool] = False
 
     @property
     def _dims(self) -> int:
         return {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}[self.conv_type]
 
+    def is_candidate(self, path: str, module: nn.Module) -> bool:
+        children = module._modules
+        if not children or type(module) in _CONTAINERS or isinstance(module, nn.modules.conv._ConvNd):
+            return False
+        conv_type = self.conv_type
+        if not any(type(c) is conv_type or type(c) in _CONTAINERS for c in children.values()):
+            return False  # the common case, decided without a walk
+        convs = owned_convs(module, conv_type)
+        if not convs:
+            return False
+        if any(p is None or p.startswith(_HELD) for _r, _c, p in convs):
+            return True
+        named = super().is_candidate(path, module)  # a patch embedding by name: its overlap is explained
+        return named and self._pattern is not None
+
+    def near_miss(self, path: str, module: nn.Module) -> str | None:
+        if not self.explains_linear or self._pattern is None or self._pattern.search(path) is None:
+            return None
+        if isinstance(module, nn.Linear):
+            return f"already a Linear ({type(module).__name__}): nothing to fuse"
+        children = list(module._modules.values())
+        if any(isinstance(c, nn.modules.conv._ConvNd) for c in module.modules()):
+            return None
+        if any(isinstance(c, nn.Linear) for c in children):
+            how = " (unfolded patches)" if any(isinstance(c, nn.Unfold) for c in children) else ""
+            return f"already a Linear{how}: nothing to fuse"
+        return None
+
     def judge(self, module: nn.Module) -> Verdict:
         conv_name = self.conv_type.__name__
-        convs = [(n, c) for n, c in module.named_children() if isinstance(c, nn.modules.conv._ConvNd)]
-        exact = [(n, c) for n, c in convs if type(c) is self.conv_type]
-        if not exact:
-            others = ", ".join(f"{n} ({type(c).__name__})" for n, c in convs)
-            return Verdict.no(f"no {conv_name} child" + (f" (has {others})" if others else ""))
-        if len(exact) > 1:
-            return Verdict.no(f"{len(exact)} {conv_name} children ({', '.join(n for n, _ in exact)}); expected one")
-        name, conv = exact[0]
-        zeros = (0,) * self._dims
-        ones = (1,) * self._dims
-        if tuple(conv.stride) != tuple(conv.kernel_size):
-            return Verdict.no(f"{name} stride {tuple(conv.stride)} != kernel {tuple(conv.kernel_size)}")
-        # padding="valid" (SigLIP and others) is zero padding spelled as a string
-        if conv.padding != "valid" and (isinstance(conv.padding, str) or tuple(conv.padding) != zeros):
-            return Verdict.no(f"{name} padding {conv.padding!r} is not zero")
-        if tuple(conv.dilation) != ones:
-            return Verdict.no(f"{name} dilation {tuple(conv.dilation)} is not 1")
-        if conv.groups != 1:
-            return Verdict.no(f"{name} groups {conv.groups} != 1")
-        if getattr(conv, "output_padding", zeros) != zeros or getattr(conv, "transposed", False):
-            return Verdict.no(f"{name} is a transposed convolution")
-        return Verdict.yes(f"{name}: {conv_name} kernel {tuple(conv.kernel_size)} == stride, no padding")
+        convs = owned_convs(module, self.conv_type)
+        good = [(r, c) for r, c, p in convs if p is None]
+        if good:
+            parts = [f"{r}: {conv_name} kernel {tuple(c.kernel_size)} == stride, no padding" for r, c in good]
+            return Verdict.yes("; ".join(parts))
+        if convs:
+            rel, _conv, problem = convs[0]
+            return Verdict.no(f"{rel} {problem}")
+        return Verdict.untouched(f"this instance holds no {conv_name}")
 
     def make_fused_class(self, original_cls: type) -> type:
         mixin = type(f"_FusedPatch{self._dims}dMixin", (FusedPatchEmbeddingMixin,), {"_conv_type": self.conv_type})
@@ -170,27 +277,26 @@ class ConvPatchFusion(FusionSpec):
     def make_transforms(self, config: PretrainedConfig, modules: Mapping[str, nn.Module]) -> list[KeyTransform]:
         transforms: list[KeyTransform] = []
         for path, module in modules.items():
-            attr = conv_child_name(module, self.conv_type)
-            if attr is None:
-                continue
-            conv = module._modules[attr]
             prefix = f"{path}." if path else ""
-            src = f"{prefix}{attr}"
-            dst = f"{prefix}{linear_name(attr)}"
-            shape = tuple(conv.weight.shape)
-            transforms.append(
-                Reshape(
-                    family=self.name,
-                    sources=(f"{src}.weight",),
-                    targets=(f"{dst}.weight",),
-                    source_shape=shape,
-                    target_shape=(shape[0], math.prod(shape[1:])),
-                    name=f"conv{self._dims}d_to_linear",
-                    inverse_name=f"linear_to_conv{self._dims}d",
+            for rel, conv, problem in owned_convs(module, self.conv_type):
+                if problem is not None:
+                    continue
+                src = f"{prefix}{rel}"
+                dst = f"{prefix}{fused_key_path(rel)}"
+                shape = tuple(conv.weight.shape)
+                transforms.append(
+                    Reshape(
+                        family=self.name,
+                        sources=(f"{src}.weight",),
+                        targets=(f"{dst}.weight",),
+                        source_shape=shape,
+                        target_shape=(shape[0], math.prod(shape[1:])),
+                        name=f"conv{self._dims}d_to_linear",
+                        inverse_name=f"linear_to_conv{self._dims}d",
+                    )
                 )
-            )
-            if conv.bias is not None:
-                transforms.append(Rename(family=self.name, sources=(f"{src}.bias",), targets=(f"{dst}.bias",)))
+                if conv.bias is not None:
+                    transforms.append(Rename(family=self.name, sources=(f"{src}.bias",), targets=(f"{dst}.bias",)))
         return transforms
 
     def fuse_module(self, module: nn.Module) -> None:
@@ -209,6 +315,13 @@ class ConvPatchFusion(FusionSpec):
         """
         from ._sample_inputs import first_accepted
 
+        conv = next((c for _r, c, p in owned_convs(module, self.conv_type) if p is None), None)
+        if conv is not None and int(conv.in_channels) > _MAX_PIXEL_CHANNELS:
+            # downsampling, spatial reduction: its inputs are what the layers before it make
+            raise NotImplementedError(
+                f"{type(module).__name__} holds a mid-network {self.conv_type.__name__} "
+                f"({int(conv.in_channels)} input channels): only the end-to-end run makes its feature maps"
+            )
         return first_accepted(module, _patch_samples(self, module, config, workload), "a patch embedding")
 
 
@@ -218,12 +331,12 @@ def _patch_samples(
     """Candidate inputs for a patch embedding: flattened patches, an image or a clip."""
     from . import _sample_inputs as s
 
-    attr = conv_child_name(module, spec.conv_type)
-    conv = module._modules.get(attr) if attr else None
+    conv = next((c for _r, c, p in owned_convs(module, spec.conv_type) if p is None), None)
     if conv is None:
-        for child in module.children():  # fused: the PatchLinear stands where the Conv was
+        for child in module.modules():  # fused: the PatchLinear stands where the Conv was
             if isinstance(child, PatchLinear):
                 conv = child
+                break
     if conv is None:
         raise ValueError(f"{type(module).__name__} has no {spec.conv_type.__name__} to make inputs for")
     kernel = tuple(int(k) for k in conv.kernel_size)

@@ -81,3 +81,45 @@ def dinov2() -> PretrainedConfig:
 def videomae() -> PretrainedConfig:
     """VideoMAE: Conv3d tubelet embedding (2 frames x 8 x 8 pixels)."""
     return _make("VideoMAEConfig", "VideoMAEModel", num_frames=4, tubelet_size=2, **{**_VISION, "num_hidden_layers": 1})
+
+
+def pixtral_vision() -> PretrainedConfig:
+    """Pixtral's vision model: a bare ``patch_conv`` Conv2d on the model itself (the root)."""
+    return _make("PixtralVisionConfig", "PixtralVisionModel", **_VISION, head_dim=8)
+
+
+def segformer() -> PretrainedConfig:
+    """SegFormer: spatial-reduction Conv2d (kernel == stride == sr_ratio) inside attention,
+    only where the ratio is above 1 (the last stage has none), beside overlapping patch embeddings."""
+    return _make(
+        "SegformerConfig",
+        "SegformerModel",
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        sr_ratios=[2, 1],
+        hidden_sizes=[16, 32],
+        num_attention_heads=[1, 2],
+        mlp_ratios=[2, 2],
+        patch_sizes=[7, 3],
+        strides=[4, 2],
+        decoder_hidden_size=32,
+        image_size=32,
+    )
+
+
+def glm4v_vision() -> PretrainedConfig:
+    """GLM-4V's vision tower: a Conv3d patch embedding, then a mid-network ``downsample``
+    Conv2d (kernel == stride == spatial merge) fed a permuted, channels-last feature map."""
+    return _make(
+        "Glm4vVisionConfig",
+        "Glm4vVisionModel",
+        depth=1,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=4,
+        out_hidden_size=32,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        image_size=56,
+    )

@@ -34,10 +34,19 @@ class Verdict:
 
     ok: bool
     reason: str = ""
+    #: False for an instance of a fused class that has nothing of its own to convert (a
+    #: host of non-overlapping convolutions whose instance has none): patched with its
+    #: class, but neither a match nor a rejection
+    applies: bool = True
 
     @classmethod
     def yes(cls, reason: str = "fusable") -> Verdict:
         return cls(True, reason)
+
+    @classmethod
+    def untouched(cls, reason: str) -> Verdict:
+        """Fine to patch with its class, but this instance holds nothing to fuse."""
+        return cls(True, reason, applies=False)
 
     @classmethod
     def no(cls, reason: str) -> Verdict:

@@ -7,10 +7,15 @@ Linear over flattened patches has the same numbers, reshaped; it is called like 
 forward runs unchanged. Whether it pays depends on dtype and machine (on CPU it helps in
 bfloat16 more than in float32): the checks measure it.
 
-Candidates are modules named like patch embeddings (``patch_embed``, ``patch_embeddings``,
-``patch_embedding``, ``embeddings``, ``embed_patches``) that have a direct Conv2d child; the
-Conv3d family (``patch_embeddings``) only takes Conv3d children, so no module is claimed by
-both.
+Decided by structure (:class:`fusion_core.families._conv_patch.ConvPatchFusion`): any
+module hosting a non-overlapping Conv2d is a candidate, wherever it sits: a bare
+``patch_conv`` (Pixtral) or ``patch_embedding`` (Mllama) of a vision model, a mid-network
+``downsample`` (GLM-4V), a spatial-reduction ``sr`` in attention (SegFormer, PVT, GLPN), a
+SAM mask embedding. Modules named like patch embeddings (``patch_embed``,
+``patch_embeddings``, ``patch_embedding``, ``embeddings``, ``embed_patches``) are candidates
+with any Conv2d, so an overlapping one is rejected with its reason; one that is already a
+Linear (Llama-4's unfolded patches) is a near miss. The Conv3d family (``patch_embeddings``)
+only looks at Conv3d children, so no module is claimed or explained by both.
 """
 
 from __future__ import annotations
@@ -38,10 +43,7 @@ class PatchEmbeddings2dFusion(ConvPatchFusion):
         r"(^|\.)embed_patches$",
     )
     conv_type = nn.Conv2d
-
-    def is_candidate(self, path: str, module: nn.Module) -> bool:
-        # a name match alone would make every text `embeddings` module a (rejected) candidate
-        return any(type(c) is nn.Conv2d for c in module._modules.values()) and super().is_candidate(path, module)
+    explains_linear = True  # Llama-4's unfolded patch embedding is already a Linear
 
     def sample_configs(self) -> list[PretrainedConfig]:
         return [samples.clip_vision(), samples.dinov2()]

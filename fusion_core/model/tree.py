@@ -164,14 +164,14 @@ def build_meta_model(source: ModelSource) -> nn.Module:
     """
     import torch
 
-    from ..patching import patch_lock
+    from ..patching import current_class, patch_lock
     from .sources import check_model_size, module_budget
 
     config = source.config
     check_model_size(config, source.name, MAX_MODULES)  # absurd layer counts: refused before building
     with patch_lock(), torch.device("meta"), module_budget(MAX_MODULES, source.name):
         try:
-            model = source.model_class(config)
+            model = current_class(source.model_class)(config)  # fused inside a scoped_patch of the root
         except FusionError:  # the module budget ran out
             raise
         except Exception as e:
@@ -315,3 +315,75 @@ def repeat_runs(children: list[ModuleNode], minimum: int = 2) -> list[tuple[int,
             runs.append((i, j))
         i = j
     return runs
+
+
+#: the longest period a periodic fold looks for (Llama-4: 4 = 3 dense + 1 MoE; Gemma-3: 6)
+MAX_PERIOD = 8
+
+
+def periodic_runs(children: list[ModuleNode], minimum_repeats: int = 2) -> list[tuple[int, int, int]]:
+    """Runs ``(start, stop, period)`` of numbered siblings that repeat a pattern of ``period``
+    layers that are not all identical (Llama-4's 48 text layers: 12 x [3 dense + 1 MoE]).
+
+    A run holds whole periods only, at least ``minimum_repeats`` of them; a run of identical
+    siblings is :func:`repeat_runs`'s, not one of these. The shortest period is preferred.
+
+    Returns:
+        Half-open index ranges into ``children`` with their period, in order, not overlapping.
+    """
+    sigs = [c.signature if c.name.isdigit() else None for c in children]
+    n = len(children)
+    runs: list[tuple[int, int, int]] = []
+    i = 0
+    while i < n:
+        best: tuple[int, int] | None = None  # (stop, period)
+        if sigs[i] is not None:
+            for period in range(2, MAX_PERIOD + 1):
+                window = sigs[i : i + period]
+                if len(window) < period or None in window or len(set(window)) == 1:
+                    continue
+                j = i + period
+                while j < n and sigs[j] is not None and sigs[j] == sigs[j - period]:
+                    j += 1
+                stop = i + (j - i) // period * period  # whole periods only
+                if (stop - i) // period >= minimum_repeats and (best is None or stop > best[0]):
+                    best = (stop, period)
+        if best is None:
+            i += 1
+            continue
+        runs.append((i, best[0], best[1]))
+        i = best[0]
+    return runs
+
+
+def difference(a: ModuleNode, b: ModuleNode, limit: int = 6) -> str:
+    """Where ``b``'s structure first differs from ``a``'s, in words ("feed_forward: Llama4TextMLP
+    vs Llama4TextMoe"; "mlp.up_proj.weight: 64x128 vs 64x256"); "" when they are identical."""
+
+    def walk(x: ModuleNode, y: ModuleNode, rel: str, depth: int) -> str:
+        where = rel or "itself"
+        if x.class_qualname != y.class_qualname:
+            return f"{where}: {x.class_name} vs {y.class_name}"
+        xs = {t.name: t for t in x.params}
+        ys = {t.name: t for t in y.params}
+        for name in sorted(xs.keys() | ys.keys()):
+            tx, ty = xs.get(name), ys.get(name)
+            if tx is None or ty is None or (tx.shape, tx.dtype) != (ty.shape, ty.dtype):
+
+                def show(t: TensorSpec | None) -> str:
+                    return "none" if t is None else "x".join(map(str, t.shape)) or "scalar"
+
+                return f"{rel + '.' if rel else ''}{name}: {show(tx)} vs {show(ty)}"
+        xc = {c.name: c for c in x.children}
+        yc = {c.name: c for c in y.children}
+        if xc.keys() != yc.keys():
+            only = sorted(xc.keys() ^ yc.keys())
+            return f"{where}: children {', '.join(only[:3])} in one only"
+        if depth >= limit:
+            return f"{where}: structure"
+        for name, cx in xc.items():
+            if cx.signature != yc[name].signature:
+                return walk(cx, yc[name], f"{rel}.{name}" if rel else name, depth + 1)
+        return "" if x.signature == y.signature else f"{where}: buffers"
+
+    return walk(a, b, "", 0)

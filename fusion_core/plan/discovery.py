@@ -194,14 +194,15 @@ def _scan(
         if not bad:
             fused = spec.fused_class(cls)
             for path, module, verdict in items:
-                matches.append(Match.of(path, cls, fused, verdict.reason))
-                modules[path] = module
+                if getattr(verdict, "applies", True):  # an instance with nothing to convert is no match
+                    matches.append(Match.of(path, cls, fused, verdict.reason))
+                    modules[path] = module
             continue
         bad_path, bad_verdict = bad[0]
         for path, _module, verdict in items:
             if not verdict.ok:
                 rejected.append(Rejection(path, cls.__name__, verdict.reason))
-            else:
+            elif getattr(verdict, "applies", True):
                 rejected.append(
                     Rejection(
                         path,

@@ -99,6 +99,25 @@ def patch_conv(module: nn.Module) -> nn.Module | None:
     return None
 
 
+def pixel_conv(model: nn.Module, fused_paths: list[str]) -> nn.Module | None:
+    """The convolution that takes the model's pixels: a fused patch embedding's, else the
+    first image-channel one in the model (a fused mid-network convolution, GLM-4V's
+    ``downsample`` or SegFormer's spatial reduction, takes feature maps, not pixels)."""
+    for path in fused_paths:
+        conv = patch_conv(model.get_submodule(path))
+        if conv is not None and int(conv.in_channels) <= _PIXEL_CHANNELS:
+            return conv
+    if not fused_paths:
+        return None
+    for module in model.modules():
+        if hasattr(module, "kernel_size") and hasattr(module, "in_channels") and module.in_channels <= _PIXEL_CHANNELS:
+            return module
+    return None
+
+
+_PIXEL_CHANNELS = 4  # RGB, RGBA, a depth or mask channel added
+
+
 def _generator(seed: int) -> torch.Generator:
     import torch
 
@@ -328,11 +347,7 @@ def candidate_inputs(
     params = _signature(entry)
     if dtype is None:
         dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
-    conv = None
-    for path in fused_paths:
-        conv = patch_conv(model.get_submodule(path))
-        if conv is not None:
-            break
+    conv = pixel_conv(model, fused_paths)
     found = False
     common: dict[str, Any] = {}
     if "use_cache" in params:

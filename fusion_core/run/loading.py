@@ -186,7 +186,9 @@ def from_pretrained(
     ``info_out``, when given, receives transformers' loading info (its missing and
     unexpected keys: empty, since either is an error).
     """
-    cls = source.model_class
+    from ..patching import current_class
+
+    cls = current_class(source.model_class)  # fused when the plan fuses the root (Pixtral's patch_conv)
     where = str(source.folder)
     kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "output_loading_info": True}
     # Never forwarded: transformers would import Python files from the folder (custom_generate/...).

@@ -84,6 +84,7 @@ class Overlay:
         self.colours: dict[str, QColor] = {}
         self.fused_names: dict[str, str] = {}
         self.counts: dict[str, int] = {}  # matched modules strictly below
+        self.rejected_below: dict[str, int] = {}  # rejected candidates strictly below
         self._families_below: dict[str, set[str]] = {}  # families matched at or below
         self.scores: dict[str, ModuleScore] = {}
         self._scores_below: dict[str, list[ModuleScore]] = {}  # checks at or below
@@ -96,8 +97,16 @@ class Overlay:
         fused_names: dict[str, str],
         near: dict[str, tuple[str, str]],
     ) -> None:
+        # a module some family fuses never shows another family's rejection or near miss
+        rejected = {p: r for p, r in rejected.items() if p not in matched}
+        near = {p: r for p, r in near.items() if p not in matched}
         self.matched, self.rejected, self.colours = dict(matched), dict(rejected), dict(colours)
         self.fused_names, self.near = dict(fused_names), dict(near)
+        warned: dict[str, int] = {}
+        for path in rejected:
+            for up in _ancestors(path):
+                warned[up] = warned.get(up, 0) + 1
+        self.rejected_below = warned
         counts: dict[str, int] = {}
         below: dict[str, set[str]] = {}
         for path, family in matched.items():
@@ -120,6 +129,11 @@ class Overlay:
     # highlights ------------------------------------------------------------------------
     def status(self, path: str) -> str:
         return "matched" if path in self.matched else "rejected" if path in self.rejected else ""
+
+    def marks(self, paths: list[str]) -> str:
+        """``⚠ 3``: the rejected candidates at or below ``paths`` (a fold row's content), or ""."""
+        n = sum(self.rejected_below.get(p, 0) + (p in self.rejected) for p in paths)
+        return f"⚠ {n}" if n else ""
 
     def family(self, path: str) -> str:
         if path in self.matched:
@@ -170,7 +184,8 @@ class Overlay:
             lines.append(f"<br><b>not fused by {e(family)}</b>: {e(reason)}")
         elif path in self.near:
             family, reason = self.near[path]
-            lines.append(f"<br><b>{e(family)}</b>: not a candidate: {e(reason)}")
+            why = reason.removeprefix("not a candidate: ")  # discovery's reasons carry the words already
+            lines.append(f"<br><b>{e(family)}</b>: not a candidate: {e(why)}")
         count = self.counts.get(path, 0)
         if count:
             lines.append(f"<br>{count} module{'s' if count != 1 else ''} below will be fused")

@@ -76,7 +76,11 @@ class RowsTableModel(QAbstractTableModel):
         row = self.rows[index.row()]
         col = self.columns[index.column()]
         value = row.get(col.key)
-        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole) and col.display is not None:
+        if role == Qt.ItemDataRole.ToolTipRole and col.display is not None:
+            styled = self._style_row(row, index.column(), role) if self._style_row is not None else None
+            # the full key or path: the cell may show it shortened or relative to its module
+            return styled if styled is not None else value if isinstance(value, str) and value else col.display(row)
+        if role == Qt.ItemDataRole.DisplayRole and col.display is not None:
             return col.display(row)
         if role == Qt.ItemDataRole.DisplayRole:
             return "" if value is None else col.text(value)

@@ -67,10 +67,16 @@ _ROLES = frozenset(
 
 @dataclass(eq=False)
 class FoldGroup:
-    """Consecutive numbered siblings with identical structure, shown as one row."""
+    """Consecutive numbered siblings shown as one row: identical ones ("layers 0–31 ×32
+    (identical)"), or a repeating pattern of ``period`` layers ("layers 0–47: 12 × [3 + 1]")."""
 
     parent: ModuleNode
     nodes: list[ModuleNode]
+    period: int = 0  # 0: identical siblings
+    #: how a neighbour (identical fold) or a layer of the pattern (periodic fold) differs
+    note: str = ""
+    #: ``⚠ 3`` when rejected candidates sit within (set by the model from its overlay)
+    marks: str = ""
 
     @property
     def path(self) -> str:
@@ -80,11 +86,65 @@ class FoldGroup:
     @property
     def label(self) -> str:
         first, last = self.nodes[0].name, self.nodes[-1].name
-        return f"{self.parent.name} {first}–{last} ×{len(self.nodes)} (identical)"
+        if self.period:
+            sigs = [n.signature for n in self.nodes[: self.period]]
+            counts: list[int] = []
+            for i, sig in enumerate(sigs):  # run lengths within one period: [3 + 1]
+                if i and sig == sigs[i - 1]:
+                    counts[-1] += 1
+                else:
+                    counts.append(1)
+            text = f"{self.parent.name} {first}–{last}: {len(self.nodes) // self.period} × [{' + '.join(map(str, counts))}]"
+        else:
+            text = f"{self.parent.name} {first}–{last} ×{len(self.nodes)} (identical)"
+        if self.note:
+            # "3 differs in self_attn", "3 is MllamaCrossAttentionDecoderLayer"; the rest in the tooltip
+            text += f" · {self.note.split(':', 1)[0].split(' (', 1)[0]}"
+        return text + (f" · {self.marks}" if self.marks else "")
 
     @property
     def paths(self) -> list[str]:
         return [n.path for n in self.nodes]
+
+
+def _note(first: ModuleNode, other: ModuleNode, how: str) -> str:
+    """'3 differs in self_attn: ...', or '3 is MllamaCrossAttentionDecoderLayer' when its class differs
+    (the label shows the part before the colon, the tooltip all of it)."""
+    if first.class_qualname != other.class_qualname:
+        return f"{other.name} is {other.class_name} (not {first.class_name})"
+    return f"{other.name} differs in {how}"
+
+
+def _folds(item: ModuleNode, children: list[ModuleNode]) -> list[Any]:
+    """``children`` with periodic runs and identical runs folded, each fold saying how it differs."""
+    from fusion_core.model.tree import difference, periodic_runs, repeat_runs
+
+    spans: list[tuple[int, int, int]] = list(periodic_runs(children))
+    taken = [(a, b) for a, b, _ in spans]
+    edges = [0] + [x for a, b in taken for x in (a, b)] + [len(children)]
+    for lo, hi in zip(edges[::2], edges[1::2]):  # the stretches between periodic runs
+        spans += [(lo + a, lo + b, 0) for a, b in repeat_runs(children[lo:hi])]
+    spans.sort()
+    out: list[Any] = []
+    i = 0
+    for start, stop, period in spans:
+        out.extend(children[i:start])
+        nodes = children[start:stop]
+        note = ""
+        if period:
+            other = next((n for n in nodes[1:period] if n.signature != nodes[0].signature), None)
+            if other is not None:
+                note = _note(nodes[0], other, difference(nodes[0], other))
+        else:
+            after = children[stop] if stop < len(children) else None
+            before = children[start - 1] if start else None
+            near = next((n for n in (after, before) if n is not None and n.name.isdigit()), None)
+            if near is not None:
+                note = _note(nodes[0], near, difference(nodes[0], near))
+        out.append(FoldGroup(item, nodes, period, note))
+        i = stop
+    out.extend(children[i:])
+    return out
 
 
 Item = Any  # ModuleNode | FoldGroup
@@ -234,6 +294,10 @@ class ModuleTreeModel(QAbstractItemModel):
                 target under other names ("not a candidate: ..." in the tooltip).
         """
         self.overlay.set_highlights(matched, rejected, colours, fused_names or {}, near_misses or {})
+        for kids in self._kids.values():  # fold rows carry their content's marks
+            for kid in kids:
+                if isinstance(kid, FoldGroup):
+                    kid.marks = self.overlay.marks(kid.paths)
         self._refresh_all()
 
     def set_adapter(self, badges: dict[str, str]) -> None:
@@ -274,18 +338,10 @@ class ModuleTreeModel(QAbstractItemModel):
         children = item.children
         if not self._fold or len(children) < 2:
             return children
-        from fusion_core.model.tree import repeat_runs
-
-        runs = repeat_runs(children)
-        if not runs:
-            return children
-        out: list[Item] = []
-        i = 0
-        for start, stop in runs:
-            out.extend(children[i:start])
-            out.append(FoldGroup(item, children[start:stop]))
-            i = stop
-        out.extend(children[i:])
+        out = _folds(item, children)
+        for kid in out:
+            if isinstance(kid, FoldGroup):
+                kid.marks = self.overlay.marks(kid.paths)
         return out
 
     def fetch_rows(self, nodes: Iterable[ModuleNode]) -> int:
@@ -574,7 +630,9 @@ class ModuleTreeModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (INSTANCES, PARAMS, OWN):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.DecorationRole and col == NAME:
-            return ov.icon(paths[0], paths) if all(p in ov.matched for p in paths) else ov.icon("", paths)
+            if all(p in ov.matched for p in paths):
+                return ov.icon(paths[0], paths)
+            return ov.icon("", paths) or (style.rejected_icon() if ov.marks(paths) else None)
         if role == Qt.ItemDataRole.BackgroundRole and col == CHECK:
             return ov.check_tint(paths)
         if role == Qt.ItemDataRole.FontRole and col == NAME:
@@ -586,10 +644,17 @@ class ModuleTreeModel(QAbstractItemModel):
                 return ov.check_tooltip(paths)
             count = sum(ov.counts.get(p, 0) + (p in ov.matched) for p in paths)
             fused = f"<br>{count} module(s) within will be fused" if count else ""
-            return (
-                f"<b>{len(paths)} identical {first.class_name} modules</b>: {paths[0]} … {paths[-1]}<br>"
-                f"same classes, tensor shapes and dtypes below; expand to see each{fused}"
+            e = html.escape
+            what = (
+                f"<b>{len(paths)} {e(first.class_name)} modules, a pattern of {group.period} repeated</b>"
+                if group.period
+                else f"<b>{len(paths)} identical {e(first.class_name)} modules</b>"
             )
+            same = "" if group.period else "same classes, tensor shapes and dtypes below; "
+            note = f"<br>{e(group.note)}" if group.note else ""
+            marks = self.overlay.marks(paths)
+            warn = f"<br>{e(marks)} rejected candidate(s) within" if marks else ""
+            return f"{what}: {e(paths[0])} … {e(paths[-1])}<br>{same}expand to see each{fused}{note}{warn}"
         return None
 
 
@@ -606,6 +671,9 @@ def _display(node: ModuleNode, col: int) -> str:
     if col == OWN:
         return human_count(node.own_params) if node.own_params else ""
     weight = node.main_weight
+    if node.children and (weight is None or weight.name != "weight"):
+        # a container's own small tensor (a gate, a cls_token) is not its weight: the details pane lists it
+        weight = None
     if col == SHAPE:
         return shape_text(weight.shape) if weight is not None else ""
     if col == DTYPE:

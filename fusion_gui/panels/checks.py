@@ -39,6 +39,7 @@ from fusion_core.boundary.options import DTYPES, CheckOptions, OptionError
 
 from .. import style
 from ..charts import ChecksChart
+from ..models.elide import KeyElideDelegate
 from ..models.table_model import Column, RowsTableModel, natural_widths, share_width
 from .workload import WorkloadControls
 
@@ -193,6 +194,7 @@ class ChecksPanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setAlternatingRowColors(True)
         self.table.setTextElideMode(Qt.TextElideMode.ElideLeft)
+        self.table.setItemDelegateForColumn(0, KeyElideDelegate(self.table))  # first segment, layer index, tail
         self.table.setWordWrap(False)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         self.table.horizontalHeader().setStretchLastSection(True)
@@ -363,7 +365,13 @@ class ChecksPanel(QWidget):
         if total:
             self.progress.setRange(0, total)
             self.progress.setValue(done)
-        self.progress.setFormat(message)
+        # one line that fits the bar (a long module path wrapped and was clipped); all of it in the tooltip
+        line = " ".join(message.split())
+        room = max(40, self.progress.width() - 24)
+        self.progress.setFormat(
+            self.progress.fontMetrics().elidedText(line, Qt.TextElideMode.ElideMiddle, room).replace("%", "%%")
+        )
+        self.progress.setToolTip(line)
 
     def _on_job_ended(self, name: str, outcome: str, message: str) -> None:
         if name == "checks":

@@ -117,7 +117,13 @@ class DetailsPanel(QWidget):
             return f"not a candidate; fuses {len(below)} module(s) below: {links}{more}"
         for r in getattr(d, "near_misses", None) or []:
             if r.path == path:
-                return f"<span style='color:{style.REJECTED}'>not a candidate</span>: {e(r.reason)}"
+                why = r.reason.removeprefix("not a candidate: ")  # discovery's reasons carry the words already
+                return f"<span style='color:{style.REJECTED}'>not a candidate</span>: {e(why)}"
+        fused_by = self._fused_by_other(family, path)
+        if fused_by:  # a module inside another family's fused module (a fused patch embedding's conv)
+            return (
+                f"<span style='color:gray'>not a candidate</span>; <span style='color:{style.PASS}'>{fused_by}</span>"
+            )
         return "<span style='color:gray'>not a candidate</span>"
 
     def _fused_by_other(self, family: str, path: str) -> str:

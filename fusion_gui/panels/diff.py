@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from .. import style
 from ..format import human_count, shape_text
+from ..models.elide import KeyElideDelegate
 from ..models.table_model import Column, RowRole, RowsTableModel, TextFilterProxy, natural_widths, share_width
 
 if TYPE_CHECKING:
@@ -109,6 +110,10 @@ class DiffPanel(QWidget):
         self.modules_proxy.setSourceModel(self.modules_model)
         self.keys_proxy.setSourceModel(self.keys_model)
         self.modules_table, self.keys_table = _table(self.modules_proxy), _table(self.keys_proxy)
+        # paths keep their first segment, layer index and tail (vision_model vs language_model)
+        for table, which in ((self.modules_table, "modules"), (self.keys_table, "keys")):
+            for col in LONG_COLUMNS[which]:
+                table.setItemDelegateForColumn(col, KeyElideDelegate(table))
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.modules_table)
         split.addWidget(self.keys_table)

@@ -106,7 +106,10 @@ class ExportDialog(QDialog):
         layout.addStretch(1)
         layout.addLayout(buttons)
 
-        fusions = ", ".join(state.fusion_config) or "none"
+        # only the families that fuse something here: an enabled family that matches nothing is not exported
+        plan = state.plan
+        matched = {fam.name for fam in plan.families if fam.discovery.matches} if plan is not None else set()
+        fusions = ", ".join(name for name in state.fusion_config if name in matched) or "none"
         if shown is None or not shown.has_checkpoint:
             self.note.setText("This source has no weights (config only): there is nothing to export.")
             self.note.setProperty("role", "warn")
@@ -160,6 +163,13 @@ class ExportDialog(QDialog):
     def _on_predicted(self, layout: str, rows: list[Consumer]) -> None:
         if layout == self.layout_box.currentData() and self.job is None and self.result is None:
             self.consumers.setText(_consumer_rows(rows, "before writing (predicted; tried by loading after writing)"))
+            self._grow()
+
+    def _grow(self) -> None:
+        """Grow (never shrink) to show every line of the consumers and the status."""
+        self.layout().activate()
+        hint = self.sizeHint()
+        self.resize(max(self.width(), hint.width()), max(self.height(), hint.height()))
 
     def _on_dest_changed(self, _text: str) -> None:
         dest = self.destination
@@ -244,6 +254,7 @@ class ExportDialog(QDialog):
             f"<b>Verified:</b> {html.escape(result.verification.summary)}<ul style='margin:2px'>{files}{more}</ul>",
         )
         self.consumers.setText(_consumer_rows(result.consumers, "tried by loading the export"))
+        self._grow()
         self.show_button.setEnabled(True)
         self.adjustSize()  # the summary lists the files: let the dialog grow to show them
 
@@ -268,6 +279,7 @@ class ExportDialog(QDialog):
         self.status.style().unpolish(self.status)
         self.status.style().polish(self.status)
         self.status.setText(text)
+        self._grow()
 
     def show_in_folder(self) -> None:
         if self.result is not None:

@@ -132,3 +132,11 @@ def test_python_dash_m_in_a_fresh_process(tmp_path):
     )
     assert result.returncode == 1
     assert result.stdout == "" and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["plan", "diff"])
+def test_comma_separated_fusions_get_the_hint_to_repeat_the_flag(capsys, command):
+    code = main([command, "demo:llama", "--fusion", "qkv,gate_up"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "one family per --fusion; to enable several, repeat it: --fusion qkv --fusion gate_up" in err

@@ -16,6 +16,7 @@ from fusion_core.progress import CancelToken, drive
 CONV3D_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "videomae", "vivit"}
 
 
+FAMILIES = ["patch_embeddings", "patch_embeddings_2d"]
 REAL = ["qwen2_vl", "llama", "vit", "autoformer", "qwen2_vl_vision", "qwen2_5_omni"]
 # per type: the SLOW fault must hit it, the real types never (qwen2_5_omni took over 2 s on a
 # machine loaded 4x over its cores)
@@ -35,11 +36,11 @@ def report() -> CoverageReport:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(coverage_pool, "_fault_hook", HOOK)
-        return drive(coverage_scan(["patch_embeddings"], 1, [*REAL, SLOW, CRASH], timeout=TIMEOUT))
+        return drive(coverage_scan(FAMILIES, 1, [*REAL, SLOW, CRASH], timeout=TIMEOUT))
 
 
 def test_fusable_types_with_module_paths_and_classes(report):
-    assert report.families == ["patch_embeddings"]
+    assert report.families == FAMILIES
     assert [r.model_type for r in report.results] == sorted(r.model_type for r in report.results)
     fusable = {r.model_type: r.matches("patch_embeddings") for r in report.fusable("patch_embeddings")}
     assert set(fusable) == {"qwen2_vl", "qwen2_vl_vision", "qwen2_5_omni"}
@@ -53,12 +54,17 @@ def test_fusable_types_with_module_paths_and_classes(report):
     assert by_type["llama"].ok and not by_type["llama"].matches("patch_embeddings")
 
 
-def test_rejected_candidates_with_reasons(report):
-    [vit] = report.rejected("patch_embeddings")
-    assert vit.model_type == "vit"
-    [entry] = vit.rejected("patch_embeddings")
+def test_reasons_under_the_right_family_and_every_convolution_decided(report):
+    # ViT's Conv2d is the 2-D family's: the Conv3d family neither matches nor explains it
+    assert not report.rejected("patch_embeddings")
+    by_type = {r.model_type: r for r in report.results}
+    [entry] = by_type["vit"].matches("patch_embeddings_2d")
     assert entry["modules"] == ["embeddings.patch_embeddings"]
-    assert "no Conv3d child" in entry["reason"] and "Conv2d" in entry["reason"]
+    # the convolution census, folded into the same pass: every one matched or with a reason
+    assert by_type["vit"].convolutions == {"non_overlapping": 1, "unexplained": []}
+    assert by_type["qwen2_vl"].convolutions["non_overlapping"] == 1
+    assert by_type["llama"].convolutions == {"non_overlapping": 0, "unexplained": []}
+    assert "non-overlapping convolutions:" in format_report(report)
 
 
 def test_types_that_cannot_be_instantiated_say_why(report):
@@ -95,11 +101,11 @@ def test_json_is_stable_and_complete(report):
     data = json.loads(json.dumps(to_plain(report)))
     assert data["schema_version"] == 1
     assert (data["model_types"], data["instantiated"], data["failed_count"]) == (8, 5, 3)
-    [fam] = data["families"]
+    fam, fam2d = data["families"]
     assert fam["name"] == "patch_embeddings"
     assert [f["model_type"] for f in fam["fusable"]] == ["qwen2_5_omni", "qwen2_vl", "qwen2_vl_vision"]
     assert fam["fusable"][1]["classes"][0]["modules"] == ["visual.patch_embed"]
-    assert fam["rejected"][0]["rejected"][0]["reason"]
+    assert fam2d["name"] == "patch_embeddings_2d" and "vit" in {f["model_type"] for f in fam2d["fusable"]}
     assert {f["model_type"]: f["stage"] for f in data["failed"]}["autoformer"] == "init"
     assert {s["model_type"] for s in data["scanned"]} == {"qwen2_vl", "llama", "vit", "qwen2_vl_vision", "qwen2_5_omni"}
     # the same report gives the same JSON
@@ -145,12 +151,19 @@ def test_cancel_stops_the_workers():
 
 
 @pytest.mark.slow
-def test_full_scan_lists_the_conv3d_architectures():
-    report = scan(families=["patch_embeddings"])
+def test_full_scan_lists_the_conv3d_architectures_and_decides_every_convolution():
+    # one pass for both convolution families: the census rides on the same meta builds
+    report = scan(families=FAMILIES)
     fusable = {r.model_type for r in report.fusable("patch_embeddings")}
     assert fusable >= CONV3D_TYPES
     assert len(report.results) == len(coverage._model_types(None))
     assert len(report.instantiated) > 0.8 * len(report.results)
+    loose = {r.model_type: r.convolutions["unexplained"] for r in report.instantiated if r.convolutions["unexplained"]}
+    assert not loose, loose
+    with_convs = {r.model_type for r in report.instantiated if r.convolutions["non_overlapping"]}
+    assert len(with_convs) > 150 and {"pixtral", "mllama", "glm4v", "segformer", "convnext", "sam"} <= with_convs
+    # no Conv2d is explained by the Conv3d family
+    assert not any("Conv2d" in c["reason"] for r in report.results for c in r.rejected("patch_embeddings"))
 
 
 @pytest.mark.slow

@@ -106,10 +106,13 @@ def test_rejections_say_why(conv, reason):
     assert not verdict.ok and reason in verdict.reason
 
 
-def test_candidates_need_a_conv2d_child_and_an_embedding_name():
+def test_candidates_are_decided_by_structure():
     spec = get_family(FAMILY)
     ok = _Embeddings(nn.Conv2d(3, 8, 4, stride=4, padding="valid"))
     assert spec.is_candidate("embeddings", ok) and spec.judge(ok).ok
-    assert not spec.is_candidate("encoder.downsample", ok)  # not named like a patch embedding
+    assert spec.is_candidate("encoder.downsample", ok)  # wherever it sits (issue 22)
+    overlapping = _Embeddings(nn.Conv2d(3, 8, 4, stride=2))
+    assert spec.is_candidate("embeddings", overlapping)  # a patch embedding by name: rejected, with the reason
+    assert not spec.is_candidate("encoder.block.conv", overlapping)  # an ordinary convolution: not a target
     assert not spec.is_candidate("embeddings", _Embeddings(nn.Conv3d(3, 8, 2, stride=2)))
     assert not spec.is_candidate("embeddings", nn.Embedding(4, 4))

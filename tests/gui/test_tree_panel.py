@@ -111,19 +111,20 @@ def test_filter_reaches_unexpanded_rows(qtbot):
 
 
 def test_rejected_candidate_marked_with_reason(qtbot, window, open_model, only_fusions):
-    open_model(window, "demo:vit")
-    only_fusions(window, "patch_embeddings")  # a Conv3d family: the ViT's Conv2d is a rejected candidate
-    path = "embeddings.patch_embedding"
+    # an overlapping patch embedding (7x7, stride 4): a candidate of the Conv2d family, rejected with the reason
+    open_model(window, "arch:segformer")  # meta only
+    only_fusions(window, "patch_embeddings_2d")
+    path = "stages.0.patch_embeddings"
     index = window.tree.model.index_for_path(path)
     assert index.data(StatusRole) == "rejected"
-    assert "no Conv3d child" in index.data(Qt.ItemDataRole.ToolTipRole)
+    assert "proj stride (4, 4) != kernel (7, 7)" in index.data(Qt.ItemDataRole.ToolTipRole)
     assert index.data(Qt.ItemDataRole.BackgroundRole) is not None
-    assert window.tree.model.index_for_path("embeddings").data(CountRole) == 0
+    assert window.tree.model.index_for_path(path).data(CountRole) == 0
     legend = [w.text() for w in window.tree.findChildren(type(window.tree.filter_count))]
-    assert "rejected (1)" in legend
+    assert "rejected (4)" in legend
     window.tree.select_path(path)
-    assert "rejected: no Conv3d child" in window.details.text()
-    assert "can be fused" in window.fusions.message.text()
+    assert "rejected: proj stride (4, 4) != kernel (7, 7)" in window.details.text()
+    assert "can be fused" in window.fusions.message.text()  # its spatial reductions are
 
 
 def _shown_rows(view) -> list[QModelIndex]:
