@@ -54,44 +54,16 @@ def capture_and_run(
     Raises:
         CheckError: no candidate input runs, naming each attempt's error.
     """
-    import torch
+    from .modal import Group
 
-    captured: dict[str, tuple[tuple, dict]] = {}
-    calls: dict[str, int] = {}
-
-    def hook_for(path: str) -> Callable[..., None]:
-        def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
-            calls[path] = calls.get(path, 0) + 1
-            if path not in captured:
-                captured[path] = (_clone(args), _clone(kwargs))
-
-        return hook
-
-    handles = [model.get_submodule(p).register_forward_pre_hook(hook_for(p), with_kwargs=True) for p in paths]
-    errors = []
     try:
-        try:
-            if candidates is None:
-                candidates = list(candidate_inputs(model, paths, seed=seed, workload=workload))
-        except ValueError as e:
-            raise CheckError(f"{type(model).__name__}: {e}") from e
-        for inputs in candidates:
-            captured.clear()
-            calls.clear()
-            inputs.kwargs = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.kwargs.items()}
-            entry = model.get_submodule(inputs.entry) if inputs.entry else model
-            try:
-                with torch.inference_mode():
-                    output = entry(**inputs.kwargs)
-            except Exception as e:  # a candidate the model does not accept: try the next
-                errors.append(f"{inputs.kind} inputs: {one_line(e, first=True, named=True)}")
-                continue
-            inputs.calls = dict(calls)
-            return inputs, dict(captured), output
-    finally:
-        for h in handles:
-            h.remove()
-    raise CheckError(f"{type(model).__name__}: no synthetic input it accepts ({'; '.join(errors)})")
+        if candidates is None:
+            candidates = list(candidate_inputs(model, paths, seed=seed, workload=workload))
+    except ValueError as e:
+        raise CheckError(f"{type(model).__name__}: {e}") from e
+    runs, captured, _notes = capture_runs(model, paths, device, [Group("synthetic", candidates)])
+    inputs, output = runs[0]
+    return inputs, captured, output
 
 
 def capture_runs(

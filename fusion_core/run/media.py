@@ -64,13 +64,13 @@ def read_image(path: str) -> Media:
     try:
         with Image.open(file) as img:
             if img.width * img.height > MAX_IMAGE_PIXELS:
-                raise CheckError(f"--image {printable(file.name)}: {img.width}x{img.height} px is over the limit")
+                raise CheckError(f"image file {printable(file.name)}: {img.width}x{img.height} px is over the limit")
             picture = img.convert("RGB")
     except CheckError:
         raise
     except Exception as e:  # Pillow's UnidentifiedImageError, a truncated file...
         raise CheckError(
-            f"--image {printable(file.name)}: not an image Pillow can read ({one_line(e, first=True, limit=200)})"
+            f"image file {printable(file.name)}: not an image Pillow can read ({one_line(e, first=True, limit=200)})"
         ) from None
     return Media("image", [picture], file.name)
 
@@ -95,10 +95,10 @@ def read_video(path: str, frames: int | None = None) -> Media:
                     break
     except Exception as e:
         raise CheckError(
-            f"--video {printable(file.name)}: not a video PyAV can decode ({one_line(e, first=True, limit=200)})"
+            f"video file {printable(file.name)}: not a video PyAV can decode ({one_line(e, first=True, limit=200)})"
         ) from None
     if not decoded:
-        raise CheckError(f"--video {printable(file.name)}: no video frames")
+        raise CheckError(f"video file {printable(file.name)}: no video frames")
     step = max(1, len(decoded) // want)
     picked = decoded[::step][:want]
     while len(picked) < want:  # a short clip: its last frame repeated
@@ -123,11 +123,11 @@ def read_audio(path: str, sampling_rate: int) -> Media:
         data, rate = soundfile.read(str(file), frames=stop, dtype="float32", always_2d=True)
     except Exception as e:
         raise CheckError(
-            f"--audio {printable(file.name)}: not audio soundfile can read ({one_line(e, first=True, limit=200)})"
+            f"audio file {printable(file.name)}: not audio soundfile can read ({one_line(e, first=True, limit=200)})"
         ) from None
     wave = data.mean(axis=1)
     if not len(wave):
-        raise CheckError(f"--audio {printable(file.name)}: no samples")
+        raise CheckError(f"audio file {printable(file.name)}: no samples")
     if rate != sampling_rate:
         n = max(1, round(len(wave) * sampling_rate / rate))
         wave = np.interp(np.linspace(0, len(wave) - 1, n), np.arange(len(wave)), wave).astype(np.float32)

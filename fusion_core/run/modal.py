@@ -310,7 +310,7 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
                 why = one_line(e, first=True, named=True, limit=200)
                 if user and not group.candidates:
                     raise CheckError(
-                        f"--image: no processor ({proc_note}), and its image processor failed ({why})"
+                        f"image: no processor ({proc_note}), and its image processor failed ({why})"
                     ) from None
                 if not group.candidates:
                     group.notes.append(
@@ -322,6 +322,13 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
             group.candidates += [c for c in fallback if _label(c).split("+")[0] == m.kind]
         groups.append(group)
     if not user:
+        # a media run nothing was made for takes the config's inputs of another kind the model
+        # takes in the same tensor (a video model's clip in ``pixel_values``: VideoMAE, ViViT)
+        used = {id(c) for g in groups for c in g.candidates}
+        spare = [c for c in fallback if id(c) not in used and _label(c) != "text"]
+        for group in groups:
+            if not group.candidates and spare:
+                group.label, group.candidates, spare = _label(spare[0]), spare, []
         text = Group("text")
         if options.prompt is not None and "input_ids" in params:
             tok, where = tokenizer_for(folder, config)

@@ -141,7 +141,7 @@ def test_audio_file_through_a_config_built_processor(folders: dict[str, Path], t
     "model, args, code, says",
     [
         ("demo:qwen2-vl", ["--image", "/no/such.png"], 2, "--image '/no/such.png': no such file"),
-        ("demo:qwen2-vl", ["--image", "BAD"], 1, "--image bad.png: not an image Pillow can read"),
+        ("demo:qwen2-vl", ["--image", "BAD"], 1, "image file bad.png: not an image Pillow can read"),
         ("demo:llama", ["--image", "PHOTO"], 1, "--image: LlamaForCausalLM takes no image"),
         ("demo:qwen2-vl", ["--audio", "PHOTO"], 1, "--audio: Qwen2VLForConditionalGeneration takes no audio"),
     ],
