@@ -100,7 +100,14 @@ def test_warm_up_keeps_first_call_costs_out() -> None:
     rounds, firsts = warm_up([lazy, lambda: a @ a], budget_s=60)
     assert rounds >= 4 and firsts[0] > firsts[1]
     calls["n"] = 0
-    t = measure(lazy, lambda: a @ a, TimingOptions(min_rounds=10, budget_s=0.3))
+    settled = {"n": 2}  # the same Python work as ``lazy`` once it settled: one matmul a call
+
+    def steady() -> None:
+        settled["n"] += 1
+        for _ in range(work.get(settled["n"], 1)):
+            a @ a
+
+    t = measure(lazy, steady, TimingOptions(min_rounds=10, budget_s=0.3))
     assert t.warmup_rounds >= 2 and t.first_call_ms > t.fused_first_call_ms
     assert t.verdict != "faster" and t.speedup < 2  # the slow first calls are not read as a speedup
 
