@@ -20,8 +20,9 @@ def test_the_cache_never_paints_another_folder(qtbot, make_window, open_model, l
     shutil.copytree(llama_dir, b)
     (b / "model.safetensors").rename(b / "pytorch_model.bin")  # same config, only a pickle: refused
     first = make_window()
-    open_model(first, str(a))  # writes A's entry
-    assert cached_view(str(a)) is not None and cache.cache_key(str(b)) != cache.cache_key(str(a))
+    open_model(first, str(a))  # writes A's entry (after the answer: wait for it)
+    qtbot.waitUntil(lambda: cached_view(str(a)) is not None, timeout=30_000)
+    assert cache.cache_key(str(b)) != cache.cache_key(str(a))
 
     window = make_window()
     state = window.state
