@@ -95,7 +95,9 @@ class Host:
         self._tokens: dict[int, Any] = {}  # job id -> CancelToken
         self._threads: list[threading.Thread] = []
         self._quick: queue.Queue[tuple[Op[Any, Any], Any, int | None] | None] = queue.Queue()
-        self._family_files: list[str] = []  # loaded by request: models opened since are not cached
+        #: families registered from a family file, by name: while any is registered, models
+        #: opened are not cached (their view depends on code the next start may not load)
+        self._file_families: dict[str, str] = {}
         #: the handler of every operation of the table (a test checks they are the same set)
         self.handlers: dict[Op[Any, Any], Callable[[Any], Any]] = {
             OPEN: self._open,
@@ -301,7 +303,7 @@ class Host:
         # the InspectionView's plain form: the answer, and what the model cache stores
         data = inspection_data(p.spec, insp)
         yield Progress(3, 4, "done")
-        if p.cache and not p.restore and not self._family_files:
+        if p.cache and not p.restore and not self._file_families:
             model_cache.save(p.spec, data, p.trust_remote_code)  # the next start paints it at once
         self._sessions[p.session] = insp
         log.info(
@@ -380,13 +382,14 @@ class Host:
         if not specs:
             errors = [e for e in plugin_errors() if p.path in str(e)]
             raise UsageError(f"{p.path}: no fusion family loaded" + (f" ({errors[-1]})" if errors else ""))
-        self._family_files.append(p.path)
+        self._file_families.update((s.name, p.path) for s in specs)
         return [s.name for s in specs]
 
     def _unregister(self, p: UnregisterParams) -> None:
         from ..families import unregister
 
         unregister(p.name)
+        self._file_families.pop(p.name, None)
 
     def _close(self, p: SessionParams) -> None:
         self._sessions.pop(p.session, None)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from fusion_core.model import cache
 from fusion_core.plan.view import cached_view
@@ -34,6 +36,26 @@ def test_cached_tree_and_highlights_then_the_live_model(qtbot, make_window, open
     assert window.tree.model.tree is state.inspection.tree and state.preview is None
     assert sorted(window.tree.model.matched_paths()) == sorted(live_matched)
     assert "from the cache" not in window.model_label.text()
+
+
+def test_no_cache_while_a_family_file_is_registered(qtbot, make_window, open_model, llama_dir, tmp_path):
+    family_file = Path(__file__).resolve().parent / "family_files" / "same_patch_embed.py"
+    folder = tmp_path / "model"
+    shutil.copytree(llama_dir, folder)
+    window = make_window()
+    state = window.state
+    job = state.load_family_file(family_file)
+    with qtbot.waitSignal(job.succeeded, timeout=120_000) as blocker:
+        pass
+    names = list(blocker.args[0])
+    assert names
+    open_model(window, str(folder))  # its view depends on code the next start may not load
+    assert cached_view(str(folder)) is None
+    for name in names:
+        done = state.unregister_family(name)
+        qtbot.waitUntil(done.done, timeout=30_000)
+    open_model(window, str(folder))  # nothing from a file is registered any more: cached again
+    assert cached_view(str(folder)) is not None
 
 
 def _start(tmp_path, spec: str) -> dict:
