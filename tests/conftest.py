@@ -12,6 +12,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # engine processes in tests keep no spare child (it would import torch for nothing); test_spares covers them
 os.environ.setdefault("FUSION_SPARE_CHILDREN", "0")
+# children fork from one zygote per test worker and engine (run/zygote.py): imports paid once
+os.environ.setdefault("FUSION_CHILD_ZYGOTE", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .main import build_parser, main
+from .main import build_parser, console, main
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "console", "main"]

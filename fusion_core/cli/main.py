@@ -128,5 +128,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def console() -> None:
+    """The ``fusion-core`` program: :func:`main`, then an exit that skips the interpreter's
+    teardown (with torch and transformers loaded it takes over a second, after the answer).
+
+    Everything is written and closed by then: files in ``with`` blocks, children finished.
+    """
+    code = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console()

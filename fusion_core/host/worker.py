@@ -12,10 +12,11 @@ one thread. Each window is a *session* holding its opened model (the meta model 
 here). Anything the engine or a library prints goes to stderr: stdout carries messages only.
 When stdin closes (the window went away), running jobs are cancelled and the process ends.
 
-Between operations the engine keeps one spare child process with torch and transformers
-imported (:func:`fusion_core.run.isolated.keep_spares`), so a check's upstream reference
-and an export's consumers do not wait for those imports; ``FUSION_SPARE_CHILDREN=0`` keeps
-none (the tests do, to spare the CPU).
+The engine's children (a check's upstream reference, an export's consumers) fork from a
+zygote that imported torch and transformers once (:mod:`fusion_core.run.zygote`;
+``FUSION_CHILD_ZYGOTE=0`` starts each afresh), and between operations it keeps one spare
+child (:func:`fusion_core.run.isolated.keep_spares`), so the first of them does not wait for
+those imports either; ``FUSION_SPARE_CHILDREN=0`` keeps none (the tests do, to spare the CPU).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import IO, Any
 
-from ..run.isolated import close_spares, keep_spares, refill_spares
+from ..run.isolated import close_spares, keep_spares, refill_spares, use_zygote
 from . import protocol, wire
 from .ops import (
     ADAPTER,
@@ -423,6 +424,8 @@ def main() -> int:
         spares = int(os.environ.get("FUSION_SPARE_CHILDREN", "1"))
     except ValueError:
         spares = 1
+    # children fork from a zygote that imported torch and transformers once (0: each starts afresh)
+    use_zygote(os.environ.get("FUSION_CHILD_ZYGOTE", "1") != "0")
     keep_spares(spares)
     host = Host(out)
     handler = _Forward(host)

@@ -7,24 +7,28 @@ names what it serves, ``{"serve": "fusion_core.run.upstream"}``, and hands its i
 module's ``serve()``. A child serves one job and ends, so nothing one load leaves in the
 process (transformers' fusion registries leak, DESIGN.md upstream defect 3) reaches another.
 
-Because what it serves comes last, a long-lived process (the window's engine) can start a
-*spare* child ahead of any operation (:func:`fusion_core.run.isolated.keep_spares`): the
-next check or export then finds one whose imports are done.
+Because what it serves comes last, a long-lived process (the window's engine, a test
+worker) can fork its children from a *zygote* that did the imports once
+(:mod:`fusion_core.run.zygote`), or start a *spare* child ahead of any operation
+(:func:`fusion_core.run.isolated.keep_spares`): the next check or export then finds one
+whose imports are done.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 
-__all__ = ["SERVES", "main"]
+__all__ = ["SERVES", "main", "serve", "warm"]
 
 #: the modules a child may serve (each has a ``serve() -> int`` reading its requests on stdin)
 SERVES = ("fusion_core.run.upstream", "fusion_core.export.consumers", "fusion_core.adapter.consumers")
 
 
-def _warm() -> None:
+def warm() -> None:
+    """The imports every child needs (also the zygote's, :mod:`fusion_core.run.zygote`)."""
     import logging
     import os
     import warnings
@@ -45,7 +49,12 @@ def _warm() -> None:
 
 def main() -> int:
     """Warm up, then serve the module named by the first line of stdin (none: the parent gave up)."""
-    _warm()
+    warm()
+    return serve()
+
+
+def serve() -> int:
+    """Serve the module named by the first line of stdin (none: the parent gave up)."""
     line = sys.stdin.readline()
     if not line:
         return 0
@@ -57,4 +66,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # tearing the interpreter down with torch and transformers loaded takes seconds

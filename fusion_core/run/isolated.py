@@ -10,13 +10,27 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+from collections import deque
 from pathlib import Path
+from typing import IO
 
-__all__ = ["WarmChild", "child_for", "close_spares", "isolated_command", "keep_spares", "refill_spares", "run_isolated"]
+__all__ = [
+    "WarmChild",
+    "child_for",
+    "close_spares",
+    "close_zygote",
+    "isolated_command",
+    "keep_spares",
+    "refill_spares",
+    "run_isolated",
+    "use_zygote",
+]
 
 # the folder holding the fusion_core package, put first on the child's sys.path
 _ROOT = str(Path(__file__).resolve().parents[2])
@@ -82,15 +96,7 @@ class WarmChild:
         self.module: str | None = None
         #: request lines sent so far
         self.sent = 0
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=self._folder.name,
-        )
+        self.proc: subprocess.Popen[str] | _ForkedChild = _start(argv, env, self._folder.name)
         if module is not None:
             self.assign(module)
 
@@ -153,6 +159,304 @@ class WarmChild:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _start(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[str] | _ForkedChild:
+    """A child for :class:`WarmChild`: forked by the zygote when one is in use, else started."""
+    zygote = _zygote_for(env)
+    if zygote is not None:
+        return zygote.fork(cwd)
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+
+
+# -- the zygote: children forked from one process that did the imports once -----------------
+
+_zygote: _Zygote | None = None
+_zygote_lock = threading.Lock()
+_zygote_wanted: bool | None = None
+
+
+def use_zygote(on: bool = True) -> None:
+    """Fork children from a zygote from now on (:mod:`fusion_core.run.zygote`), or stop.
+
+    For a process that starts many children (the window's engine, a test worker): each then
+    starts with torch and transformers imported. Off unless asked (here or by
+    ``FUSION_CHILD_ZYGOTE=1``): a CLI run starts one child, and a zygote would cost it one
+    more process. The zygote starts with the first child.
+    """
+    global _zygote_wanted
+    _zygote_wanted = on
+    if not on:
+        close_zygote()
+
+
+def close_zygote() -> None:
+    """End the zygote (its children run on; the next child starts a new one if wanted)."""
+    global _zygote
+    with _zygote_lock:
+        zygote, _zygote = _zygote, None
+    if zygote is not None:
+        zygote.close()
+
+
+def _zygote_for(env: dict[str, str]) -> _Zygote | None:
+    """The zygote for children with ``env`` (a new one when the environment changed)."""
+    global _zygote
+    wanted = _zygote_wanted if _zygote_wanted is not None else os.environ.get("FUSION_CHILD_ZYGOTE") == "1"
+    if not wanted:
+        return None
+    with _zygote_lock:
+        old = _zygote
+        if old is not None and old.env == env and old.alive():
+            return old
+        _zygote = _Zygote(env)
+    if old is not None:
+        old.close()
+    return _zygote
+
+
+class _Zygote:
+    """Our end of a zygote (see :mod:`fusion_core.run.zygote` for what it is and its protocol)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = dict(env)
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._folder = tempfile.TemporaryDirectory(prefix="fusion-zygote-")
+        argv, _ = isolated_command("fusion_core.run.zygote")
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**self.env, "FUSION_ZYGOTE_FD": str(theirs.fileno())},
+                cwd=self._folder.name,
+                pass_fds=(theirs.fileno(),),
+            )
+        finally:
+            theirs.close()
+        self._lock = threading.Lock()  # one fork request at a time: pids answer in order
+        self._pending: deque[_ForkedChild] = deque()
+        self._children: dict[int, _ForkedChild] = {}
+        self._ended = threading.Event()
+        threading.Thread(target=self._read, name="fusion-zygote", daemon=True).start()
+
+    def alive(self) -> bool:
+        return not self._ended.is_set()
+
+    def fork(self, cwd: str) -> _ForkedChild:
+        """A child running in ``cwd``; its pipes work at once (it reads them once the zygote is warm)."""
+        child = _ForkedChild(self)
+        with self._lock:
+            if self.alive():
+                self._pending.append(child)
+                try:
+                    socket.send_fds(self._sock, [json.dumps({"cwd": cwd}).encode()], child.theirs)
+                    return child
+                except OSError:
+                    self._pending.remove(child)
+        child.start_plain(cwd)  # the zygote is gone: a child of our own, on the same pipes
+        return child
+
+    def _read(self) -> None:
+        try:
+            while True:
+                data = self._sock.recv(65536)
+                if not data:
+                    break
+                message = json.loads(data)
+                if "pid" in message:
+                    with self._lock:
+                        child = self._pending.popleft()
+                    self._children[message["pid"]] = child
+                    child.forked(int(message["pid"]))
+                elif "exit" in message:
+                    ended = self._children.pop(int(message["exit"]), None)
+                    if ended is not None:
+                        ended.exited(int(message["code"]))
+        except (OSError, ValueError, IndexError):
+            pass
+        with self._lock:
+            self._ended.set()
+            unforked = list(self._pending)
+            self._pending.clear()
+        for child in unforked:  # asked for and never forked: children of our own
+            child.start_plain(None)
+        for child in list(self._children.values()):  # forked, and now nobody reports their end
+            child.orphaned()
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._folder.cleanup()
+
+
+class _ForkedChild:
+    """A zygote's child, with what :class:`WarmChild` uses of a :class:`subprocess.Popen`.
+
+    Its three pipes are made here, so requests can be written before the zygote has forked
+    it (a pipe holds them); its pid and exit code come from the zygote.
+    """
+
+    def __init__(self, zygote: _Zygote) -> None:
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        #: the child's ends, held until it has them (the zygote forked, or our own child started)
+        self.theirs = [in_r, out_w, err_w]
+        self.stdin: IO[str] = os.fdopen(in_w, "w")
+        self.stdout: IO[str] = os.fdopen(out_r)
+        self.stderr: IO[str] = os.fdopen(err_r)
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self._zygote = zygote
+        self._plain: subprocess.Popen[str] | None = None
+        self._state = threading.Condition()
+        self._kill = False
+        self._out: list[str] = []
+        self._err: list[str] = []
+        self._readers: list[threading.Thread] = []
+
+    # what the zygote's reader reports
+    def forked(self, pid: int) -> None:
+        with self._state:
+            self.pid = pid
+            self._close_theirs()
+            kill = self._kill
+            self._state.notify_all()
+        if kill:
+            self._signal()
+
+    def exited(self, code: int) -> None:
+        with self._state:
+            self.returncode = code
+            self._state.notify_all()
+
+    def orphaned(self) -> None:
+        """The zygote ended before this child: its end can only be seen by its pipes closing."""
+        threading.Thread(target=self._wait_orphan, daemon=True).start()
+
+    def _wait_orphan(self) -> None:
+        self._read_all()
+        with self._state:
+            if self.returncode is None:
+                self.returncode = -signal.SIGKILL if self._kill else 0
+            self._state.notify_all()
+
+    def start_plain(self, cwd: str | None) -> None:
+        """Start this child ourselves on its pipes (the zygote could not fork it)."""
+        argv, env = isolated_command("fusion_core.run.child")
+        folder = cwd or tempfile.mkdtemp(prefix="fusion-child-")
+        with self._state:
+            if self._kill:
+                self._close_theirs()
+                self.returncode = -signal.SIGKILL
+                self._state.notify_all()
+                return
+            self._plain = subprocess.Popen(
+                argv, stdin=self.theirs[0], stdout=self.theirs[1], stderr=self.theirs[2], env=env, cwd=folder
+            )
+            self.pid = self._plain.pid
+            self._close_theirs()
+            self._state.notify_all()
+        threading.Thread(target=self._wait_plain, daemon=True).start()
+
+    def _wait_plain(self) -> None:
+        assert self._plain is not None
+        self.exited(self._plain.wait())
+
+    def _close_theirs(self) -> None:
+        for fd in self.theirs:
+            os.close(fd)
+        self.theirs = []
+
+    def _signal(self) -> None:
+        if self._plain is not None:
+            self._plain.kill()
+        elif self.pid is not None and self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    # the Popen subset
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def kill(self) -> None:
+        with self._state:
+            self._kill = True
+            known = self.pid is not None
+        if known:
+            self._signal()
+
+    def wait(self, timeout: float | None = None) -> int:
+        with self._state:
+            if not self._state.wait_for(lambda: self.returncode is not None, timeout):
+                raise subprocess.TimeoutExpired("fusion_core.run.child", timeout or 0)
+            assert self.returncode is not None
+            return self.returncode
+
+    def _start_readers(self) -> None:
+        with self._state:
+            if self._readers:
+                return
+            for stream, sink in ((self.stdout, self._out), (self.stderr, self._err)):
+                t = threading.Thread(target=_drain, args=(stream, sink), daemon=True)
+                t.start()
+                self._readers.append(t)
+
+    def _read_all(self) -> None:
+        self._start_readers()
+        for t in self._readers:
+            t.join()
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Close stdin, read both outputs to their end and wait for the exit, as Popen does."""
+        if not self.stdin.closed:
+            try:
+                self.stdin.close()
+            except BrokenPipeError:
+                pass
+        self._start_readers()
+        deadline = None if timeout is None else _now() + timeout
+        for t in self._readers:
+            t.join(None if deadline is None else max(0.0, deadline - _now()))
+            if t.is_alive():
+                raise subprocess.TimeoutExpired("fusion_core.run.child", timeout or 0)
+        self.wait(None if deadline is None else max(0.0, deadline - _now()))
+        return "".join(self._out), "".join(self._err)
+
+
+def _drain(stream: IO[str], sink: list[str]) -> None:
+    try:
+        sink.append(stream.read())
+    except (OSError, ValueError):
+        pass
+    finally:
+        stream.close()
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
 
 
 # -- spares: children whose imports are done before an operation asks for one ---------------
