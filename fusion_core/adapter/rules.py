@@ -15,10 +15,21 @@ modules converts exactly:
   its block of B back, bitwise. An adapter trained on the fused model
   (``share_a_split_b``): every part gets all of A and its rows of B, at the fused rank.
 
+The plan's ``Reshape`` of a Conv weight into a Linear's (``conv3d_to_linear``,
+``conv2d_to_linear``: a patch family) gives the patch projections. A Conv LoRA there is a
+Linear LoRA over flattened patches (``conv_to_linear``): ``lora_A`` ``(r, C, *k)`` ->
+``(r, C*prod(k))`` and ``lora_B`` ``(out, r, 1, ...)`` -> ``(out, r)`` by reshape (a
+``lora_B.bias`` keeps its shape), the rank and alpha unchanged; ``linear_to_conv`` is the
+inverse, bitwise, and converts a Linear LoRA trained on the fused ``linear_proj`` just as
+exactly. PEFT wraps the fused ``PatchLinear`` as a Linear and feeds its LoRA what the host
+passes it: the host's forward calls the Conv's old name, which flattens the patches first
+(:class:`fusion_core.families._conv_patch.PatchCall`), so the LoRA gets rows of patches.
+
 Modules no family touches are copied bitwise. What cannot be exact is refused with one
-line: a LoRA on a module a family reshapes (a patch embedding: PEFT would wrap the fused
-``PatchLinear`` as a Linear and feed its LoRA the unflattened patches), trained biases or
-``modules_to_save`` on fused modules, ``fan_in_fan_out``.
+line: a LoRA on a patch Conv held in a torch container (the container calls the fused
+``PatchLinear`` itself, with Conv-shaped inputs that a Linear LoRA cannot take), DoRA on a
+patch projection (PEFT's Conv and Linear DoRA compute the weight norm each their own way),
+trained biases or ``modules_to_save`` on fused modules, ``fan_in_fan_out``.
 
 DoRA is exact too when every member of a group has an adapter: its magnitude and the
 weight norm it divides by are per output row, and the fused rows are the members' rows
