@@ -297,6 +297,7 @@ def test_patch_embedding_refusals(qwen2_vl_dir: Path, tmp_path: Path) -> None:
     from fusion_core.adapter.convert import plan_adapter
     from fusion_core.model.sources import resolve
     from fusion_core.model.tree import module_tree
+    from fusion_core.plan.discovery import clear_cache
     from fusion_core.plan.fusion_plan import Inspection
 
     dora = LoraConfig(r=2, target_modules=["patch_embed.proj"], use_dora=True, init_lora_weights=False)
@@ -306,9 +307,10 @@ def test_patch_embedding_refusals(qwen2_vl_dir: Path, tmp_path: Path) -> None:
             tmp_path / "dora", tmp_path / "out", base=qwen2_vl_dir, fusions=["patch_embeddings"], verify_outputs=False
         )
     assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
-    # a patch Conv held in a Sequential: the container calls the PatchLinear with Conv-shaped inputs
+    # a patch Conv held in a Sequential: the container calls the PatchLinear with Conv-shaped inputs.
+    # Its own config (patch 4): discovery is cached per (class, config), and this structure is not the class's
     cfg = ViTConfig(
-        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=16, patch_size=8
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=16, patch_size=4
     )
 
     def held() -> ViTModel:
@@ -323,8 +325,50 @@ def test_patch_embedding_refusals(qwen2_vl_dir: Path, tmp_path: Path) -> None:
     vit = held()
     plan = Inspection(resolve(str(tmp_path / "vit")), vit, module_tree(vit), 0.0).plan({"patch_embeddings_2d": True})
     assert plan.families[0].discovery.matched_paths == ["embeddings.patch_embeddings"]
-    with pytest.raises(AdapterError, match="held in a Sequential, which calls the fused PatchLinear with Conv-shaped"):
-        plan_adapter(plan, tmp_path / "held")
+    try:
+        with pytest.raises(AdapterError, match="held in a Sequential, which calls the fused PatchLinear with Conv-sh"):
+            plan_adapter(plan, tmp_path / "held")
+    finally:
+        clear_cache()
+
+
+def test_conv2d_patch_lora_with_lora_bias_many_patches(tmp_path: Path) -> None:
+    """A ViT's Conv2d projection (a bias on the base, 4 patches per image), LoRA with ``lora_bias``."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import ViTConfig, ViTModel
+
+    cfg = ViTConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=16, patch_size=8
+    )
+    torch.manual_seed(0)
+    ViTModel(cfg).save_pretrained(tmp_path / "vit")
+    lora = LoraConfig(r=2, lora_alpha=4, target_modules=["projection"], lora_bias=True, init_lora_weights=False)
+    torch.manual_seed(1)
+    get_peft_model(fusion_core.load_plain(tmp_path / "vit"), lora).save_pretrained(tmp_path / "src")
+    fusions = {"patch_embeddings_2d": True}
+    res = fusion_core.convert_adapter(
+        tmp_path / "src", tmp_path / "fused", base=tmp_path / "vit", fusions=fusions, verify_outputs=False
+    )
+    [step] = res.steps
+    assert step.target_shapes == ((2, 192), (16, 2), (16,)) and step.target_keys[2].endswith("lora_B.bias")
+    pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(2))
+    outs = []
+    for folder, model in (
+        ("src", fusion_core.load_plain(tmp_path / "vit")),
+        ("fused", fusion_core.load(tmp_path / "vit", fusions).model),
+        (None, fusion_core.load_plain(tmp_path / "vit")),
+    ):
+        peft_model = PeftModel.from_pretrained(model, tmp_path / folder).get_base_model() if folder else model
+        with torch.inference_mode():
+            outs.append(peft_model.eval()(pixel_values=pixels).last_hidden_state)
+    assert (outs[0] - outs[2]).abs().max() > 1e-3
+    assert float((outs[0] - outs[1]).abs().max()) <= 1e-5 + 1e-5 * float(outs[0].abs().max())
+    back = fusion_core.convert_adapter(
+        tmp_path / "fused", tmp_path / "back", base=tmp_path / "vit", verify_outputs=False
+    )
+    assert [s.op for s in back.steps] == ["linear_to_conv"]
+    name = "adapter_model.safetensors"
+    assert (tmp_path / "back" / name).read_bytes() == (tmp_path / "src" / name).read_bytes()
 
 
 def test_qwen2_vl_language_model_lora(qwen2_vl_dir: Path, tmp_path: Path) -> None:
