@@ -21,15 +21,17 @@ Linear LoRA over flattened patches (``conv_to_linear``): ``lora_A`` ``(r, C, *k)
 ``(r, C*prod(k))`` and ``lora_B`` ``(out, r, 1, ...)`` -> ``(out, r)`` by reshape (a
 ``lora_B.bias`` keeps its shape), the rank and alpha unchanged; ``linear_to_conv`` is the
 inverse, bitwise, and converts a Linear LoRA trained on the fused ``linear_proj`` just as
-exactly. PEFT wraps the fused ``PatchLinear`` as a Linear and feeds its LoRA what the host
+exactly. DoRA too: its magnitude is per output channel (``(1, out, 1, ...)`` on a Conv,
+``(out,)`` on a Linear: a reshape), and PEFT's Conv and Linear DoRA both divide by the row
+norms of ``W + s B A`` over the same elements (equal bitwise on CPU, float32 and bfloat16).
+PEFT wraps the fused ``PatchLinear`` as a Linear and feeds its LoRA what the host
 passes it: the host's forward calls the Conv's old name, which flattens the patches first
 (:class:`fusion_core.families._conv_patch.PatchCall`), so the LoRA gets rows of patches.
 
 Modules no family touches are copied bitwise. What cannot be exact is refused with one
 line: a LoRA on a patch Conv held in a torch container (the container calls the fused
-``PatchLinear`` itself, with Conv-shaped inputs that a Linear LoRA cannot take), DoRA on a
-patch projection (PEFT's Conv and Linear DoRA compute the weight norm each their own way),
-trained biases or ``modules_to_save`` on fused modules, ``fan_in_fan_out``.
+``PatchLinear`` itself, with Conv-shaped inputs that a Linear LoRA cannot take), trained
+biases or ``modules_to_save`` on fused modules, ``fan_in_fan_out``.
 
 DoRA is exact too when every member of a group has an adapter: its magnitude and the
 weight norm it divides by are per output row, and the fused rows are the members' rows
@@ -347,17 +349,22 @@ def _refuse_variants(
 def _patch(pt: Patch, mod: LoraModule, names: _Names, to_fused: bool, where: str) -> Step:
     """A patch projection's LoRA reshaped: Conv ``A (r, C, *k)``, ``B (O, r, 1, ...)`` <-> Linear ``(r, C*prod(k))``, ``(O, r)``."""
     name = names.model(mod.name)
-    if _MAGNITUDE in mod.keys:
-        raise AdapterError(
-            f"{where}: DoRA on the patch projection {name} is not converted (PEFT's Conv and Linear DoRA compute "
-            "the weight norm each their own way, so the outputs would not be PEFT's own); refused"
-        )
     out, c, *k = pt.weight_shape
     r = mod.rank
-    conv = {"lora_A.weight": (r, c, *k), "lora_B.weight": (out, r, *(1 for _ in k)), "lora_B.bias": (out,)}
-    linear = {"lora_A.weight": (r, c * math.prod(k)), "lora_B.weight": (out, r), "lora_B.bias": (out,)}
+    ones = tuple(1 for _ in k)
+    # DoRA: one magnitude per output channel, (1, out, 1, ...) on a Conv and (out,) on a Linear
+    conv = {
+        "lora_A.weight": (r, c, *k), "lora_B.weight": (out, r, *ones), "lora_B.bias": (out,),
+        _MAGNITUDE: (1, out, *ones),
+    }  # fmt: skip
+    linear = {
+        "lora_A.weight": (r, c * math.prod(k)),
+        "lora_B.weight": (out, r),
+        "lora_B.bias": (out,),
+        _MAGNITUDE: (out,),
+    }
     src_shapes, dst_shapes = (conv, linear) if to_fused else (linear, conv)
-    keys = [k for k in _PATCH_KEYS if k in mod.keys]
+    keys = [k for k in (*_PATCH_KEYS, _MAGNITUDE) if k in mod.keys]
     for key in keys:
         got = tuple(mod.keys[key].shape)
         if got != src_shapes[key]:

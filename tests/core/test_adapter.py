@@ -290,7 +290,31 @@ def test_patch_embedding_lora_trained_on_fused_model_to_original(
     torch.testing.assert_close(merged[0].linear_proj.weight, merged[1].proj.weight.reshape(32, -1), atol=1e-6, rtol=0)
 
 
-def test_patch_embedding_refusals(qwen2_vl_dir: Path, tmp_path: Path) -> None:
+def test_patch_embedding_dora_converts_both_ways(qwen2_vl_dir: Path, vl_inputs: dict, tmp_path: Path) -> None:
+    """DoRA: the magnitude is per output channel, ``(1, out, 1, 1, 1)`` on the Conv and ``(out,)`` on the
+    Linear, and both of PEFT's DoRA layers divide by the same row norms of ``W + s B A``."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(6)
+    dora = LoraConfig(r=2, lora_alpha=4, target_modules=["patch_embed.proj"], use_dora=True, init_lora_weights=False)
+    get_peft_model(fusion_core.load_plain(qwen2_vl_dir), dora).save_pretrained(tmp_path / "src")
+    fusions = {"patch_embeddings": True}
+    res = fusion_core.convert_adapter(
+        tmp_path / "src", tmp_path / "fused", base=qwen2_vl_dir, fusions=fusions, verify_outputs=False
+    )
+    [step] = res.steps
+    assert step.source_shapes[2] == (1, 32, 1, 1, 1) and step.target_shapes[2] == (32,)
+    assert step.target_keys[2] == f"{PATCH}linear_proj.lora_magnitude_vector"
+    want = vl_logits(qwen2_vl_dir, tmp_path / "src", None, vl_inputs)
+    got = vl_logits(qwen2_vl_dir, tmp_path / "fused", fusions, vl_inputs)
+    assert (want - vl_logits(qwen2_vl_dir, None, None, vl_inputs)).abs().max() > 1e-3
+    assert float((want - got).abs().max()) <= 1e-5 + 1e-5 * float(want.abs().max())
+    fusion_core.convert_adapter(tmp_path / "fused", tmp_path / "back", base=qwen2_vl_dir, verify_outputs=False)
+    name = "adapter_model.safetensors"
+    assert (tmp_path / "back" / name).read_bytes() == (tmp_path / "src" / name).read_bytes()
+
+
+def test_patch_conv_held_in_a_container_refused(tmp_path: Path) -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import ViTConfig, ViTModel
 
@@ -300,14 +324,7 @@ def test_patch_embedding_refusals(qwen2_vl_dir: Path, tmp_path: Path) -> None:
     from fusion_core.plan.discovery import clear_cache
     from fusion_core.plan.fusion_plan import Inspection
 
-    dora = LoraConfig(r=2, target_modules=["patch_embed.proj"], use_dora=True, init_lora_weights=False)
-    get_peft_model(fusion_core.load_plain(qwen2_vl_dir), dora).save_pretrained(tmp_path / "dora")
-    with pytest.raises(AdapterError, match=r"DoRA on the patch projection model\.visual\.patch_embed\.proj") as info:
-        fusion_core.convert_adapter(
-            tmp_path / "dora", tmp_path / "out", base=qwen2_vl_dir, fusions=["patch_embeddings"], verify_outputs=False
-        )
-    assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
-    # a patch Conv held in a Sequential: the container calls the PatchLinear with Conv-shaped inputs.
+    # the Sequential calls the PatchLinear itself with Conv-shaped inputs, which a Linear LoRA cannot take.
     # Its own config (patch 4): discovery is cached per (class, config), and this structure is not the class's
     cfg = ViTConfig(
         hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=16, patch_size=4
