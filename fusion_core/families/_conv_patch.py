@@ -6,7 +6,12 @@ the flattened patches. :class:`PatchLinear` is that Linear with the Conv's calli
 convention (``(N, C, *spatial) -> (N, O, *spatial // kernel)``), so the original
 module's own ``forward`` keeps working unchanged, whatever layout it uses. When each
 input sample is a single patch (the Qwen-VL case), the forward is one view, one GEMM and
-one view.
+one view. Given 2-D input (rows of flattened patches) it is a plain Linear.
+
+On a fused host, the Conv's old name (``patch_embed.proj``) gives a :class:`PatchCall`:
+it flattens the patches and then calls whatever module is registered as ``linear_proj``
+now, so a wrapper that replaced the PatchLinear (PEFT's LoRA ``Linear``, which feeds its
+LoRA the same input as its base layer) gets rows of patches, as a Linear expects.
 """
 
 from __future__ import annotations
@@ -184,8 +189,10 @@ class FusedPatchEmbeddingMixin(nn.Module):
 
     The Linear is registered as ``linear_<attr>`` in the Conv's place (so fused checkpoints
     use the same key names as transformers' own fusion, and a Sequential keeps its order)
-    and a direct child stays reachable under the original ``<attr>``, so the original
-    ``forward`` runs unchanged. An instance hosting none is left as it is.
+    and a direct child stays reachable under the original ``<attr>`` (as a :class:`PatchCall`
+    over ``linear_<attr>``), so the original ``forward`` runs unchanged. A Conv inside a
+    torch container is called by the container: its PatchLinear takes the Conv's inputs
+    itself. An instance hosting none is left as it is.
     """
 
     _conv_type: ClassVar[type[nn.Module]] = nn.Conv3d

@@ -273,6 +273,26 @@ def test_patch_embedding_lora_trained_on_fused_model_to_original(
     )
     [step] = res.steps
     assert (step.op, step.target_shapes) == ("linear_to_conv", ((3, 3, 2, 14, 14), (32, 3, 1, 1, 1)))
+    from fusion_core.adapter.convert import plan_adapter
+
+    plan = fusion_core.inspect_model(str(qwen2_vl_dir)).plan(fusions)
+    rows = plan_adapter(plan, tmp_path / "src").plan.rows()  # what `plan --adapter` lists
+    assert [(r["source_key"], r["source_shape"], r["target_key"], r["target_shape"], r["op"]) for r in rows] == [
+        (
+            f"{PATCH}linear_proj.lora_A.weight",
+            [3, 1176],
+            f"{PATCH}proj.lora_A.weight",
+            [3, 3, 2, 14, 14],
+            "linear_to_conv",
+        ),
+        (
+            f"{PATCH}linear_proj.lora_B.weight",
+            [32, 3],
+            f"{PATCH}proj.lora_B.weight",
+            [32, 3, 1, 1, 1],
+            "linear_to_conv",
+        ),
+    ]
     assert res.verification.round_trip == "bitwise"
     cfg = json.loads((tmp_path / "orig" / "adapter_config.json").read_text())
     assert cfg["target_modules"] == ["model.visual.patch_embed.proj"]  # a leaf "proj" would adapt attn.proj too
