@@ -245,11 +245,10 @@ class PatchCall:
         self._host = host
         self._name = name
 
-    def _patch_linear(self) -> PatchLinear:
+    def _patch_linear(self) -> nn.Module:
+        """The PatchLinear inside whatever wraps it now (PEFT's ``base_layer``, ``original_module``)."""
         module = self._host._modules[self._name]
-        while not isinstance(module, PatchLinear) and isinstance(getattr(module, "base_layer", None), nn.Module):
-            module = module.base_layer  # a PEFT tuner layer (possibly nested) around it
-        return module  # type: ignore[return-value]
+        return next((m for m in module.modules() if isinstance(m, PatchLinear)), module)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         module = self._host._modules[self._name]
