@@ -434,7 +434,7 @@ class AppState(QObject):
         for s in a.steps:
             if not s.owner:
                 continue
-            fused = s.target_modules[0] if s.op == "stack_a_blockdiag_b" else s.source_modules[0]
+            fused = s.target_modules[0] if s.op in ("stack_a_blockdiag_b", "conv_to_linear") else s.source_modules[0]
             line = f"{fused.rsplit('.', 1)[-1]}: fused LoRA rank {s.target_ranks[0] if len(s.target_ranks) == 1 else s.source_ranks[0]}"
             missing = [m.rsplit(".", 1)[-1] for m, r in zip(s.members, s.source_ranks) if r == 0]
             if s.op == "stack_a_blockdiag_b" and missing:

@@ -30,7 +30,9 @@ class AdapterStep:
     ``op`` is one of ``stack_a_blockdiag_b`` (original -> fused: A stacked, B block-diagonal,
     a missing part a zero block), ``split_blocks`` (its inverse: each part's own rows of A and
     block of B), ``share_a_split_b`` (a fused adapter trained as such: every part gets all of A
-    and its rows of B) and ``copy`` (an untouched module, bytes as they are).
+    and its rows of B), ``conv_to_linear`` / ``linear_to_conv`` (a patch projection's Conv
+    LoRA as a Linear LoRA over flattened patches and back: each tensor reshaped,
+    ``source_keys[i]`` -> ``target_keys[i]``) and ``copy`` (an untouched module, bytes as they are).
     """
 
     family: str

@@ -15,10 +15,23 @@ modules converts exactly:
   its block of B back, bitwise. An adapter trained on the fused model
   (``share_a_split_b``): every part gets all of A and its rows of B, at the fused rank.
 
+The plan's ``Reshape`` of a Conv weight into a Linear's (``conv3d_to_linear``,
+``conv2d_to_linear``: a patch family) gives the patch projections. A Conv LoRA there is a
+Linear LoRA over flattened patches (``conv_to_linear``): ``lora_A`` ``(r, C, *k)`` ->
+``(r, C*prod(k))`` and ``lora_B`` ``(out, r, 1, ...)`` -> ``(out, r)`` by reshape (a
+``lora_B.bias`` keeps its shape), the rank and alpha unchanged; ``linear_to_conv`` is the
+inverse, bitwise, and converts a Linear LoRA trained on the fused ``linear_proj`` just as
+exactly. DoRA too: its magnitude is per output channel (``(1, out, 1, ...)`` on a Conv,
+``(out,)`` on a Linear: a reshape), and PEFT's Conv and Linear DoRA both divide by the row
+norms of ``W + s B A`` over the same elements (equal bitwise on CPU, float32 and bfloat16).
+PEFT wraps the fused ``PatchLinear`` as a Linear and feeds its LoRA what the host
+passes it: the host's forward calls the Conv's old name, which flattens the patches first
+(:class:`fusion_core.families._conv_patch.PatchCall`), so the LoRA gets rows of patches.
+
 Modules no family touches are copied bitwise. What cannot be exact is refused with one
-line: a LoRA on a module a family reshapes (a patch embedding: PEFT would wrap the fused
-``PatchLinear`` as a Linear and feed its LoRA the unflattened patches), trained biases or
-``modules_to_save`` on fused modules, ``fan_in_fan_out``.
+line: a LoRA on a patch Conv held in a torch container (the container calls the fused
+``PatchLinear`` itself, with Conv-shaped inputs that a Linear LoRA cannot take), trained
+biases or ``modules_to_save`` on fused modules, ``fan_in_fan_out``.
 
 DoRA is exact too when every member of a group has an adapter: its magnitude and the
 weight norm it divides by are per output row, and the fused rows are the members' rows
@@ -29,6 +42,7 @@ magnitude, which PEFT recomputes in another order (not bitwise): refused.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -42,7 +56,9 @@ if TYPE_CHECKING:
     from ..plan.fusion_plan import FusionPlan
 
 STACK, SPLIT, SHARE = "stack_a_blockdiag_b", "split_blocks", "share_a_split_b"
+TO_LINEAR, TO_CONV = "conv_to_linear", "linear_to_conv"
 _LORA = ("lora_A.weight", "lora_B.weight")
+_PATCH_KEYS = (*_LORA, "lora_B.bias")  # lora_bias=True: B's bias is per output channel on both sides
 _MAGNITUDE = "lora_magnitude_vector"  # DoRA: one magnitude per output row
 
 
@@ -57,17 +73,33 @@ class Group:
     in_features: int
 
 
+@dataclass(frozen=True)
+class Patch:
+    """One non-overlapping Conv a patch family turns into a Linear (module paths in the model's naming)."""
+
+    family: str
+    conv: str  # the original Conv, e.g. ``visual.patch_embed.proj``
+    linear: str  # the fused PatchLinear, e.g. ``visual.patch_embed.linear_proj``
+    weight_shape: tuple[int, ...]  # the Conv's weight (out, C, *kernel)
+    held: str | None = None  # why a LoRA on it cannot convert (a container calls it), else None
+
+
 @dataclass
 class Step:
-    """One planned conversion with what executing it needs (``plain`` is what is shown)."""
+    """One planned conversion with what executing it needs (``plain`` is what is shown).
+
+    A patch step (``patch`` set, ``group`` None) reshapes each tensor: ``source_keys[i]`` ->
+    ``target_keys[i]``.
+    """
 
     plain: AdapterStep
-    group: Group
+    group: Group | None
     ranks: tuple[int, ...]  # per member (0: no adapter); for SHARE every member has the fused rank
     ratios: tuple[float, ...]  # per member: its scale / the fused scale (stack) or to undo (split)
     fused_name: str  # the fused module in the adapter's naming
     member_names: tuple[str, ...]
     dora: bool = False  # each module also has a DoRA magnitude (concatenated / split by rows)
+    patch: Patch | None = None
 
 
 @dataclass
@@ -82,15 +114,31 @@ class Conversion:
     record: dict[str, Any] | None  # fusion_adapter.json to write (fused layout)
 
 
-def linear_groups(plan: FusionPlan) -> tuple[list[Group], dict[str, str]]:
-    """The plan's Linear groups, and the other modules its families transform (path -> family)."""
-    from ..families.transforms import Concat
+def linear_groups(plan: FusionPlan) -> tuple[list[Group], list[Patch], dict[str, str]]:
+    """The plan's Linear groups, its Conv -> Linear patch projections, and the other modules
+    its families transform (path -> family)."""
+    from ..families._conv_patch import _CONTAINERS
+    from ..families.transforms import Concat, Reshape
 
     groups: list[Group] = []
+    patches: list[Patch] = []
     other: dict[str, str] = {}
+    model = plan.inspection.model
     for t in plan.transforms:
         weights = all(k.endswith(".weight") for k in (*t.sources, *t.targets))
-        if isinstance(t, Concat) and weights and t.dim == 0 and all(len(s) == 2 for s in t.source_shapes):
+        conv = isinstance(t, Reshape) and t.name.startswith("conv") and t.name.endswith("_to_linear")
+        if conv and weights and len(t.source_shape) >= 3 and len(t.target_shape) == 2:
+            src, dst = t.sources[0].removesuffix(".weight"), t.targets[0].removesuffix(".weight")
+            head = src.rpartition(".")[0]
+            parent = model.get_submodule(head) if head else model
+            held = None
+            if type(parent) in _CONTAINERS:
+                held = (
+                    f"it is held in a {type(parent).__name__}, which calls the fused PatchLinear with Conv-shaped "
+                    "inputs: PEFT's Linear LoRA there would be fed unflattened patches"
+                )
+            patches.append(Patch(t.family, src, dst, tuple(int(d) for d in t.source_shape), held))
+        elif isinstance(t, Concat) and weights and t.dim == 0 and all(len(s) == 2 for s in t.source_shapes):
             groups.append(
                 Group(
                     t.family,
@@ -103,14 +151,17 @@ def linear_groups(plan: FusionPlan) -> tuple[list[Group], dict[str, str]]:
         elif not isinstance(t, Concat):
             for k in (*t.sources, *t.targets):
                 other[k.rsplit(".", 1)[0]] = t.family
-    return groups, other
+    for pt in patches:  # the bias's Rename belongs to its patch
+        other.pop(pt.conv, None)
+        other.pop(pt.linear, None)
+    return groups, patches, other
 
 
-def _module_names(plan: FusionPlan, groups: list[Group]) -> tuple[set[str], set[str]]:
+def _module_names(plan: FusionPlan, groups: list[Group], patches: list[Patch]) -> tuple[set[str], set[str]]:
     """The module paths of the original model and of the fused one."""
     original = {n for n, _ in plan.inspection.model.named_modules() if n}
-    members = {m for g in groups for m in g.members}
-    fused = (original - members) | {g.fused for g in groups}
+    members = {m for g in groups for m in g.members} | {p.conv for p in patches}
+    fused = (original - members) | {g.fused for g in groups} | {p.linear for p in patches}
     return original, fused
 
 
@@ -147,8 +198,8 @@ def plan_conversion(plan: FusionPlan, adapter: AdapterSource, layout: str | None
     Raises:
         AdapterError: what cannot be converted exactly, in one line.
     """
-    groups, reshaped = linear_groups(plan)
-    original, fused = _module_names(plan, groups)
+    groups, patches, reshaped = linear_groups(plan)
+    original, fused = _module_names(plan, groups, patches)
     prefix = getattr(plan.inspection.model, "base_model_prefix", "") or ""
     names = _Names(adapter.modules, original | fused, prefix)
     where = f"{adapter.folder}"
@@ -161,8 +212,10 @@ def plan_conversion(plan: FusionPlan, adapter: AdapterSource, layout: str | None
         )
     members = {m: g for g in groups for m in g.members}
     fused_paths = {g.fused: g for g in groups}
-    on_members = [p for p in by_model if p in members]
-    on_fused = [p for p in by_model if p in fused_paths]
+    convs = {pt.conv: pt for pt in patches}
+    linears = {pt.linear: pt for pt in patches}
+    on_members = [p for p in by_model if p in members or p in convs]
+    on_fused = [p for p in by_model if p in fused_paths or p in linears]
     if on_members and on_fused:
         raise AdapterError(
             f"{where}: adapts both {on_members[0]} (original layout) and {on_fused[0]} (fused layout); "
@@ -181,13 +234,16 @@ def plan_conversion(plan: FusionPlan, adapter: AdapterSource, layout: str | None
         )
     for p, fam in reshaped.items():
         if p in by_model:
+            raise AdapterError(f"{where}: {p} has a LoRA and {fam!r} transforms that module; not converted")
+    for p in by_model:
+        pt = convs.get(p) or linears.get(p)
+        if pt is not None and pt.held:
             raise AdapterError(
-                f"{where}: {p} has a LoRA and {fam!r} reshapes that module: PEFT would wrap the fused PatchLinear "
-                "as a Linear and feed its LoRA the unflattened patches, which is not exact; disable "
-                f"{fam!r} for this adapter"
+                f"{where}: {p} has a LoRA and {pt.family!r} turns that Conv into a Linear, but {pt.held}; "
+                f"disable {pt.family!r} for this adapter"
             )
     touched = set(members) | set(fused_paths)
-    _refuse_variants(adapter, names, touched, where)
+    _refuse_variants(adapter, names, touched | set(convs) | set(linears), where, set(convs) | set(linears))
     cfg = adapter.config
     rslora = adapter.rslora
     steps: list[Step] = []
@@ -198,12 +254,22 @@ def plan_conversion(plan: FusionPlan, adapter: AdapterSource, layout: str | None
             if any(parts):
                 steps.append(_stack(g, parts, names, rslora, where))
                 done.update(p.name for p in parts if p)
+        for pt in patches:
+            mod = by_model.get(pt.conv)
+            if mod is not None:
+                steps.append(_patch(pt, mod, names, True, where))
+                done.add(mod.name)
     else:
         record = _record_groups(adapter, where)
         for g in groups:
             mod = by_model.get(g.fused)
             if mod is not None:
                 steps.append(_split(g, mod, names, record.get(g.fused), rslora, where))
+                done.add(mod.name)
+        for pt in patches:
+            mod = by_model.get(pt.linear)
+            if mod is not None:
+                steps.append(_patch(pt, mod, names, False, where))
                 done.add(mod.name)
     copied = [k for k in adapter.tensors if k.removeprefix(PREFIX).split(".lora_")[0] not in done]
     out: dict[str, tuple[int, float]] = {n: (m.rank, m.alpha) for n, m in adapter.modules.items() if n not in done}
@@ -226,6 +292,7 @@ def plan_conversion(plan: FusionPlan, adapter: AdapterSource, layout: str | None
                     "alphas": [adapter.modules[n].alpha if r else None for n, r in zip(s.member_names, s.ranks)],
                 }
                 for s in steps
+                if s.group is not None
             ],
         }
     modules = [AdaptedModule(names.model(m.name), m.rank, m.alpha, m.scale, m.kind) for m in adapter.modules.values()]
@@ -246,7 +313,9 @@ def plan_conversion(plan: FusionPlan, adapter: AdapterSource, layout: str | None
     return Conversion(aplan, steps, copied, out, target_names, record_out)
 
 
-def _refuse_variants(adapter: AdapterSource, names: _Names, touched: set[str], where: str) -> None:
+def _refuse_variants(
+    adapter: AdapterSource, names: _Names, touched: set[str], where: str, patch_paths: set[str]
+) -> None:
     """What plain LoRA on a fused module cannot carry over exactly."""
     cfg = adapter.config
     if cfg.get("target_parameters"):
@@ -257,7 +326,7 @@ def _refuse_variants(adapter: AdapterSource, names: _Names, touched: set[str], w
         p = names.model(n)
         if p not in touched:
             continue
-        extra = sorted(set(m.keys) - {*_LORA, _MAGNITUDE})
+        extra = sorted(set(m.keys) - ({*_PATCH_KEYS, _MAGNITUDE} if p in patch_paths else {*_LORA, _MAGNITUDE}))
         if extra:
             raise AdapterError(f"{where}: {p} has {PREFIX}{n}.{extra[0]}, which a fused LoRA cannot carry; refused")
         if m.kind != "lora":
@@ -275,6 +344,59 @@ def _refuse_variants(adapter: AdapterSource, names: _Names, touched: set[str], w
     for s in saved if isinstance(saved, list) else []:
         if s in leaves or s in touched:
             raise AdapterError(f"{where}: modules_to_save names {s}, a module the fusion replaces; refused")
+
+
+def _patch(pt: Patch, mod: LoraModule, names: _Names, to_fused: bool, where: str) -> Step:
+    """A patch projection's LoRA reshaped: Conv ``A (r, C, *k)``, ``B (O, r, 1, ...)`` <-> Linear ``(r, C*prod(k))``, ``(O, r)``."""
+    name = names.model(mod.name)
+    out, c, *k = pt.weight_shape
+    r = mod.rank
+    ones = tuple(1 for _ in k)
+    # DoRA: one magnitude per output channel, (1, out, 1, ...) on a Conv and (out,) on a Linear
+    conv = {
+        "lora_A.weight": (r, c, *k), "lora_B.weight": (out, r, *ones), "lora_B.bias": (out,),
+        _MAGNITUDE: (1, out, *ones),
+    }  # fmt: skip
+    linear = {
+        "lora_A.weight": (r, c * math.prod(k)),
+        "lora_B.weight": (out, r),
+        "lora_B.bias": (out,),
+        _MAGNITUDE: (out,),
+    }
+    src_shapes, dst_shapes = (conv, linear) if to_fused else (linear, conv)
+    keys = [k for k in (*_PATCH_KEYS, _MAGNITUDE) if k in mod.keys]
+    for key in keys:
+        got = tuple(mod.keys[key].shape)
+        if got != src_shapes[key]:
+            kind = "Conv" if to_fused else "Linear"
+            raise AdapterError(
+                f"{where}: {PREFIX}{mod.name}.{key} has shape {list(got)}, not the {kind} LoRA shape "
+                f"{list(src_shapes[key])} of {name}; refused"
+            )
+    target = names.adapter(pt.linear if to_fused else pt.conv)
+    op = TO_LINEAR if to_fused else TO_CONV
+    note = (
+        f"{len(k)}-D Conv LoRA as a Linear LoRA over flattened patches (A and B reshaped)"
+        if to_fused
+        else f"Linear LoRA over flattened patches as a {len(k)}-D Conv LoRA (A and B reshaped)"
+    )
+    plain = AdapterStep(
+        family=pt.family,
+        op=op,
+        source_modules=(mod.name,),
+        target_modules=(target,),
+        source_keys=tuple(f"{PREFIX}{mod.name}.{key}" for key in keys),
+        source_shapes=tuple(src_shapes[key] for key in keys),
+        target_keys=tuple(f"{PREFIX}{target}.{key}" for key in keys),
+        target_shapes=tuple(dst_shapes[key] for key in keys),
+        source_ranks=(r,),
+        target_ranks=(r,),
+        target_alphas=(mod.alpha,),
+        note=note,
+        owner=pt.conv.rsplit(".", 1)[0] if "." in pt.conv else "",
+    )
+    fused_name = target if to_fused else mod.name
+    return Step(plain, None, (r,), (1.0,), fused_name, (names.adapter(pt.conv),), patch=pt)
 
 
 def _stack(g: Group, parts: list[LoraModule | None], names: _Names, rslora: bool, where: str) -> Step:

@@ -6,14 +6,19 @@ the flattened patches. :class:`PatchLinear` is that Linear with the Conv's calli
 convention (``(N, C, *spatial) -> (N, O, *spatial // kernel)``), so the original
 module's own ``forward`` keeps working unchanged, whatever layout it uses. When each
 input sample is a single patch (the Qwen-VL case), the forward is one view, one GEMM and
-one view.
+one view. Given 2-D input (rows of flattened patches) it is a plain Linear.
+
+On a fused host, the Conv's old name (``patch_embed.proj``) gives a :class:`PatchCall`:
+it flattens the patches and then calls whatever module is registered as ``linear_proj``
+now, so a wrapper that replaced the PatchLinear (PEFT's LoRA ``Linear``, which feeds its
+LoRA the same input as its base layer) gets rows of patches, as a Linear expects.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -26,6 +31,38 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
     from .base import Workload
+
+
+def conv_call(
+    project: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, kernel: tuple[int, ...], out_features: int
+) -> torch.Tensor:
+    """A non-overlapping ConvNd's output from ``project``, a Linear over flattened patches.
+
+    ``x`` is the Conv's input (``(N, C, *spatial)``, or unbatched ``(C, *spatial)``): it is
+    cut into patches, ``project`` maps the ``(patches, C * prod(kernel))`` rows to
+    ``(patches, out_features)`` and the result is laid out as the Conv's
+    ``(N, out_features, *spatial // kernel)``. One patch per sample (the Qwen-VL case) is
+    one view, one call and one view.
+    """
+    d = len(kernel)
+    if x.dim() == d + 1:  # unbatched input, as ConvNd accepts
+        return conv_call(project, x.unsqueeze(0), kernel, out_features).squeeze(0)
+    n, c = x.shape[0], x.shape[1]
+    spatial = tuple(x.shape[2:])
+    if spatial == kernel:  # one patch per sample: view, GEMM, view
+        return project(x.reshape(n, c * math.prod(kernel))).view(n, out_features, *([1] * d))
+    grid = tuple(s // kk for s, kk in zip(spatial, kernel))
+    if any(g * kk != s for g, kk, s in zip(grid, kernel, spatial)):  # Conv drops the remainder
+        x = x[(slice(None), slice(None), *(slice(0, g * kk) for g, kk in zip(grid, kernel)))]
+    # (N, C, g0, k0, g1, k1, ...) -> (N, g0, g1, ..., C, k0, k1, ...)
+    split = [n, c]
+    for g, kk in zip(grid, kernel):
+        split += [g, kk]
+    x = x.reshape(split)
+    order = [0, *range(2, 2 + 2 * d, 2), 1, *range(3, 3 + 2 * d, 2)]
+    patches = x.permute(order).reshape(-1, c * math.prod(kernel))
+    y = project(patches).view(n, *grid, out_features)
+    return y.permute(0, d + 1, *range(1, d + 1))
 
 
 class PatchLinear(nn.Linear):
@@ -63,27 +100,9 @@ class PatchLinear(nn.Linear):
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        k = self.kernel_size
-        d = len(k)
-        if x.dim() == d + 1:  # unbatched input, as ConvNd accepts
-            return self.forward(x.unsqueeze(0)).squeeze(0)
-        n, c = x.shape[0], x.shape[1]
-        spatial = tuple(x.shape[2:])
-        if spatial == k:  # one patch per sample: view, GEMM, view
-            y = super().forward(x.reshape(n, c * math.prod(k)))
-            return y.view(n, self.out_features, *([1] * d))
-        grid = tuple(s // kk for s, kk in zip(spatial, k))
-        if any(g * kk != s for g, kk, s in zip(grid, k, spatial)):  # Conv drops the remainder
-            x = x[(slice(None), slice(None), *(slice(0, g * kk) for g, kk in zip(grid, k)))]
-        # (N, C, g0, k0, g1, k1, ...) -> (N, g0, g1, ..., C, k0, k1, ...)
-        split = [n, c]
-        for g, kk in zip(grid, k):
-            split += [g, kk]
-        x = x.reshape(split)
-        order = [0, *range(2, 2 + 2 * d, 2), 1, *range(3, 3 + 2 * d, 2)]
-        patches = x.permute(order).reshape(-1, c * math.prod(k))
-        y = super().forward(patches).view(n, *grid, self.out_features)
-        return y.permute(0, d + 1, *range(1, d + 1))
+        if x.dim() == 2 and len(self.kernel_size) > 1:  # rows of flattened patches: a plain Linear
+            return super().forward(x)
+        return conv_call(super().forward, x, self.kernel_size, self.out_features)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, kernel_size={self.kernel_size} (patch projection)"
@@ -170,8 +189,10 @@ class FusedPatchEmbeddingMixin(nn.Module):
 
     The Linear is registered as ``linear_<attr>`` in the Conv's place (so fused checkpoints
     use the same key names as transformers' own fusion, and a Sequential keeps its order)
-    and a direct child stays reachable under the original ``<attr>``, so the original
-    ``forward`` runs unchanged. An instance hosting none is left as it is.
+    and a direct child stays reachable under the original ``<attr>`` (as a :class:`PatchCall`
+    over ``linear_<attr>``), so the original ``forward`` runs unchanged. A Conv inside a
+    torch container is called by the container: its PatchLinear takes the Conv's inputs
+    itself. An instance hosting none is left as it is.
     """
 
     _conv_type: ClassVar[type[nn.Module]] = nn.Conv3d
@@ -202,8 +223,52 @@ class FusedPatchEmbeddingMixin(nn.Module):
     def __getattr__(self, name: str) -> object:
         aliases = self.__dict__.get("_fusion_aliases")
         if aliases is not None and name in aliases:
-            return self._modules[aliases[name]]
+            return PatchCall(self, aliases[name])
         return super().__getattr__(name)
+
+
+class PatchCall:
+    """What a fused host's old Conv name (``patch_embed.proj``) gives: the Conv's calling
+    convention over whatever module is registered under the fused name now.
+
+    Calling it cuts the Conv-shaped input into rows of flattened patches, calls the module
+    currently in ``host._modules[name]`` (the :class:`PatchLinear`, or a wrapper that
+    replaced it, such as PEFT's LoRA ``Linear``: it receives 2-D patches, as a Linear
+    expects) and lays the result out as the Conv's output. Attributes (``.weight``,
+    ``.kernel_size``, ``.in_channels``) are that module's, else those of the
+    :class:`PatchLinear` it wraps. Made on each access: it holds no state of its own.
+    """
+
+    __slots__ = ("_host", "_name")
+
+    def __init__(self, host: nn.Module, name: str) -> None:
+        self._host = host
+        self._name = name
+
+    def _patch_linear(self) -> nn.Module:
+        """The PatchLinear inside whatever wraps it now (PEFT's ``base_layer``, ``original_module``)."""
+        module = self._host._modules[self._name]
+        return next((m for m in module.modules() if isinstance(m, PatchLinear)), module)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        module = self._host._modules[self._name]
+        linear = module if type(module) is PatchLinear else self._patch_linear()
+        return conv_call(module, x, linear.kernel_size, linear.out_features)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in PatchCall.__slots__:  # copy, pickle, an unset slot
+            raise AttributeError(name)
+        module = self._host._modules[self._name]
+        try:
+            return getattr(module, name)
+        except AttributeError:
+            inner = self._patch_linear()
+            if inner is module:
+                raise
+            return getattr(inner, name)
+
+    def __repr__(self) -> str:
+        return f"PatchCall({self._name!r}: {self._host._modules[self._name]!r})"
 
 
 def conv_child_name(module: nn.Module, conv_type: type[nn.Module]) -> str | None:

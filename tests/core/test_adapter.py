@@ -191,19 +191,226 @@ def test_dora_all_members_exact_partial_refused(llama_dir: Path, qv_adapter: Pat
         )
 
 
-def test_patch_embedding_lora_refused_with_reason(qwen2_vl_dir: Path, tmp_path: Path) -> None:
+VL = {"patch_embeddings": True, "qkv": True}
+PATCH = "base_model.model.model.visual.patch_embed."
+
+
+@pytest.fixture(scope="module")
+def vl_inputs(qwen2_vl_dir: Path) -> dict:
+    """Image and text inputs of the tiny Qwen2-VL (a vision grid: the patch embedding runs)."""
+    from fusion_core.export.verify import pick_inputs
+
+    with torch.inference_mode():
+        found = pick_inputs(fusion_core.load_plain(qwen2_vl_dir).eval(), ["model.visual.patch_embed"])
+    assert found is not None and {"pixel_values", "image_grid_thw", "input_ids"} <= set(found[0].kwargs)
+    return found[0].kwargs
+
+
+def vl_logits(base: Path, adapter: Path | None, fusions: dict | None, inputs: dict) -> torch.Tensor:
+    from peft import PeftModel
+
+    model = fusion_core.load(base, fusions).model if fusions else fusion_core.load_plain(base)
+    if adapter is not None:
+        model = PeftModel.from_pretrained(model, adapter).get_base_model()
+    with torch.inference_mode():
+        return model.eval()(**inputs).logits
+
+
+def test_patch_embedding_lora_to_fused_verified_and_back_bitwise(
+    qwen2_vl_dir: Path, vl_inputs: dict, tmp_path: Path
+) -> None:
     from peft import LoraConfig, get_peft_model
 
-    model = fusion_core.load_plain(qwen2_vl_dir)
-    get_peft_model(model, LoraConfig(r=2, target_modules=["proj"], init_lora_weights=False)).save_pretrained(
-        tmp_path / "a"
+    torch.manual_seed(4)
+    lora = LoraConfig(
+        r=2, lora_alpha=4, target_modules=["patch_embed.proj", "q_proj", "v_proj"], init_lora_weights=False
     )
-    with pytest.raises(AdapterError, match="unflattened patches"):
-        fusion_core.convert_adapter(
-            tmp_path / "a", tmp_path / "out", base=qwen2_vl_dir, fusions=["patch_embeddings"], verify_outputs=False
+    get_peft_model(fusion_core.load_plain(qwen2_vl_dir), lora).save_pretrained(tmp_path / "src")
+    # verified in a child process: PEFT on fusion_core.load, on the model's image + text inputs
+    res = fusion_core.convert_adapter(tmp_path / "src", tmp_path / "fused", base=qwen2_vl_dir, fusions=VL)
+    step = next(s for s in res.steps if s.family == "patch_embeddings")
+    assert (step.op, step.target_modules) == ("conv_to_linear", ("model.visual.patch_embed.linear_proj",))
+    assert step.source_shapes == ((2, 3, 2, 14, 14), (32, 2, 1, 1, 1)) and step.target_shapes == ((2, 1176), (32, 2))
+    src, out = tensors(tmp_path / "src"), tensors(tmp_path / "fused")
+    for k in ("lora_A.weight", "lora_B.weight"):  # a reshape, nothing else
+        assert torch.equal(
+            out[f"{PATCH}linear_proj.{k}"], src[f"{PATCH}proj.{k}"].reshape(out[f"{PATCH}linear_proj.{k}"].shape)
         )
-    # the language model's attention of the same model converts (q, v with bias on the base; k left out)
-    from peft import PeftModel
+    cfg = json.loads((tmp_path / "fused" / "adapter_config.json").read_text())
+    assert sorted(cfg["target_modules"]) == ["linear_proj", "qkv_proj"]
+    v = res.verification
+    assert v.round_trip == "bitwise" and v.outputs["input_kind"] == "vision-grid" and v.outputs["passed"]
+    assert v.merged["passed"] and {c.status for c in res.consumers if "fused layout" in c.name} == {"loads exactly"}
+    # in process too, the patch LoRA alone: PEFT's Linear LoRA on the PatchLinear is fed flattened patches
+    get_peft_model(
+        fusion_core.load_plain(qwen2_vl_dir),
+        LoraConfig(r=2, target_modules=["patch_embed.proj"], init_lora_weights=False),
+    ).save_pretrained(tmp_path / "patch")
+    fusion_core.convert_adapter(
+        tmp_path / "patch", tmp_path / "patch-fused", base=qwen2_vl_dir, fusions=VL, verify_outputs=False
+    )
+    want = vl_logits(qwen2_vl_dir, tmp_path / "patch", None, vl_inputs)
+    got = vl_logits(qwen2_vl_dir, tmp_path / "patch-fused", VL, vl_inputs)
+    assert (want - vl_logits(qwen2_vl_dir, None, None, vl_inputs)).abs().max() > 1e-3
+    assert float((want - got).abs().max()) <= 1e-5 + 1e-5 * float(want.abs().max())
+    back = fusion_core.convert_adapter(tmp_path / "fused", tmp_path / "back", base=qwen2_vl_dir, verify_outputs=False)
+    assert "linear_to_conv" in {s.op for s in back.steps}
+    name = "adapter_model.safetensors"
+    assert (tmp_path / "back" / name).read_bytes() == (tmp_path / "src" / name).read_bytes()
+
+
+def test_patch_embedding_lora_trained_on_fused_model_to_original(
+    qwen2_vl_dir: Path, vl_inputs: dict, tmp_path: Path
+) -> None:
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    fusions = {"patch_embeddings": True}
+    torch.manual_seed(5)
+    lora = LoraConfig(r=3, lora_alpha=6, target_modules=["linear_proj"], init_lora_weights=False)
+    get_peft_model(fusion_core.load(qwen2_vl_dir, fusions).model, lora).save_pretrained(tmp_path / "src")
+    res = fusion_core.convert_adapter(
+        tmp_path / "src", tmp_path / "orig", base=qwen2_vl_dir, fusions=list(fusions), verify_outputs=False
+    )
+    [step] = res.steps
+    assert (step.op, step.target_shapes) == ("linear_to_conv", ((3, 3, 2, 14, 14), (32, 3, 1, 1, 1)))
+    from fusion_core.adapter.convert import plan_adapter
+
+    plan = fusion_core.inspect_model(str(qwen2_vl_dir)).plan(fusions)
+    rows = plan_adapter(plan, tmp_path / "src").plan.rows()  # what `plan --adapter` lists
+    assert [(r["source_key"], r["source_shape"], r["target_key"], r["target_shape"], r["op"]) for r in rows] == [
+        (
+            f"{PATCH}linear_proj.lora_A.weight",
+            [3, 1176],
+            f"{PATCH}proj.lora_A.weight",
+            [3, 3, 2, 14, 14],
+            "linear_to_conv",
+        ),
+        (
+            f"{PATCH}linear_proj.lora_B.weight",
+            [32, 3],
+            f"{PATCH}proj.lora_B.weight",
+            [32, 3, 1, 1, 1],
+            "linear_to_conv",
+        ),
+    ]
+    assert res.verification.round_trip == "bitwise"
+    cfg = json.loads((tmp_path / "orig" / "adapter_config.json").read_text())
+    assert cfg["target_modules"] == ["model.visual.patch_embed.proj"]  # a leaf "proj" would adapt attn.proj too
+    want = vl_logits(qwen2_vl_dir, tmp_path / "src", fusions, vl_inputs)
+    got = vl_logits(qwen2_vl_dir, tmp_path / "orig", None, vl_inputs)
+    assert (want - vl_logits(qwen2_vl_dir, None, None, vl_inputs)).abs().max() > 1e-3
+    assert float((want - got).abs().max()) <= 1e-5 + 1e-5 * float(want.abs().max())
+    merged = [
+        PeftModel.from_pretrained(model, tmp_path / folder).merge_and_unload().model.visual.patch_embed
+        for model, folder in (
+            (fusion_core.load(qwen2_vl_dir, fusions).model, "src"),
+            (fusion_core.load_plain(qwen2_vl_dir), "orig"),
+        )
+    ]
+    torch.testing.assert_close(merged[0].linear_proj.weight, merged[1].proj.weight.reshape(32, -1), atol=1e-6, rtol=0)
+
+
+def test_patch_embedding_dora_converts_both_ways(qwen2_vl_dir: Path, vl_inputs: dict, tmp_path: Path) -> None:
+    """DoRA: the magnitude is per output channel, ``(1, out, 1, 1, 1)`` on the Conv and ``(out,)`` on the
+    Linear, and both of PEFT's DoRA layers divide by the same row norms of ``W + s B A``."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(6)
+    dora = LoraConfig(r=2, lora_alpha=4, target_modules=["patch_embed.proj"], use_dora=True, init_lora_weights=False)
+    get_peft_model(fusion_core.load_plain(qwen2_vl_dir), dora).save_pretrained(tmp_path / "src")
+    fusions = {"patch_embeddings": True}
+    res = fusion_core.convert_adapter(
+        tmp_path / "src", tmp_path / "fused", base=qwen2_vl_dir, fusions=fusions, verify_outputs=False
+    )
+    [step] = res.steps
+    assert step.source_shapes[2] == (1, 32, 1, 1, 1) and step.target_shapes[2] == (32,)
+    assert step.target_keys[2] == f"{PATCH}linear_proj.lora_magnitude_vector"
+    want = vl_logits(qwen2_vl_dir, tmp_path / "src", None, vl_inputs)
+    got = vl_logits(qwen2_vl_dir, tmp_path / "fused", fusions, vl_inputs)
+    assert (want - vl_logits(qwen2_vl_dir, None, None, vl_inputs)).abs().max() > 1e-3
+    assert float((want - got).abs().max()) <= 1e-5 + 1e-5 * float(want.abs().max())
+    fusion_core.convert_adapter(tmp_path / "fused", tmp_path / "back", base=qwen2_vl_dir, verify_outputs=False)
+    name = "adapter_model.safetensors"
+    assert (tmp_path / "back" / name).read_bytes() == (tmp_path / "src" / name).read_bytes()
+
+
+def test_patch_conv_held_in_a_container_refused(tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import ViTConfig, ViTModel
+
+    from fusion_core.adapter.convert import plan_adapter
+    from fusion_core.model.sources import resolve
+    from fusion_core.model.tree import module_tree
+    from fusion_core.plan.discovery import clear_cache
+    from fusion_core.plan.fusion_plan import Inspection
+
+    # the Sequential calls the PatchLinear itself with Conv-shaped inputs, which a Linear LoRA cannot take.
+    # Its own config (patch 4): discovery is cached per (class, config), and this structure is not the class's
+    cfg = ViTConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=16, patch_size=4
+    )
+
+    def held() -> ViTModel:
+        vit = ViTModel(cfg, add_pooling_layer=False)
+        pe = vit.embeddings.patch_embeddings
+        pe.projection = torch.nn.Sequential(pe.projection)
+        return vit
+
+    held().save_pretrained(tmp_path / "vit")
+    lora = LoraConfig(r=2, target_modules=["projection.0"], init_lora_weights=False)
+    get_peft_model(held(), lora).save_pretrained(tmp_path / "held")
+    vit = held()
+    plan = Inspection(resolve(str(tmp_path / "vit")), vit, module_tree(vit), 0.0).plan({"patch_embeddings_2d": True})
+    assert plan.families[0].discovery.matched_paths == ["embeddings.patch_embeddings"]
+    try:
+        with pytest.raises(AdapterError, match="held in a Sequential, which calls the fused PatchLinear with Conv-sh"):
+            plan_adapter(plan, tmp_path / "held")
+    finally:
+        clear_cache()
+
+
+def test_conv2d_patch_lora_with_lora_bias_many_patches(tmp_path: Path) -> None:
+    """A ViT's Conv2d projection (a bias on the base, 4 patches per image), LoRA with ``lora_bias``."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import ViTConfig, ViTModel
+
+    cfg = ViTConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=16, patch_size=8
+    )
+    torch.manual_seed(0)
+    ViTModel(cfg).save_pretrained(tmp_path / "vit")
+    lora = LoraConfig(r=2, lora_alpha=4, target_modules=["projection"], lora_bias=True, init_lora_weights=False)
+    torch.manual_seed(1)
+    get_peft_model(fusion_core.load_plain(tmp_path / "vit"), lora).save_pretrained(tmp_path / "src")
+    fusions = {"patch_embeddings_2d": True}
+    res = fusion_core.convert_adapter(
+        tmp_path / "src", tmp_path / "fused", base=tmp_path / "vit", fusions=fusions, verify_outputs=False
+    )
+    [step] = res.steps
+    assert step.target_shapes == ((2, 192), (16, 2), (16,)) and step.target_keys[2].endswith("lora_B.bias")
+    pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(2))
+    outs = []
+    for folder, model in (
+        ("src", fusion_core.load_plain(tmp_path / "vit")),
+        ("fused", fusion_core.load(tmp_path / "vit", fusions).model),
+        (None, fusion_core.load_plain(tmp_path / "vit")),
+    ):
+        peft_model = PeftModel.from_pretrained(model, tmp_path / folder).get_base_model() if folder else model
+        with torch.inference_mode():
+            outs.append(peft_model.eval()(pixel_values=pixels).last_hidden_state)
+    assert (outs[0] - outs[2]).abs().max() > 1e-3
+    assert float((outs[0] - outs[1]).abs().max()) <= 1e-5 + 1e-5 * float(outs[0].abs().max())
+    back = fusion_core.convert_adapter(
+        tmp_path / "fused", tmp_path / "back", base=tmp_path / "vit", verify_outputs=False
+    )
+    assert [s.op for s in back.steps] == ["linear_to_conv"]
+    name = "adapter_model.safetensors"
+    assert (tmp_path / "back" / name).read_bytes() == (tmp_path / "src" / name).read_bytes()
+
+
+def test_qwen2_vl_language_model_lora(qwen2_vl_dir: Path, tmp_path: Path) -> None:
+    """The language model's attention of the same model converts (q, v with bias on the base; k left out)."""
+    from peft import LoraConfig, PeftModel, get_peft_model
 
     lm = get_peft_model(
         fusion_core.load_plain(qwen2_vl_dir),

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
@@ -17,19 +18,26 @@ JOB_TIMEOUT_MS = 240_000
 _MAKE = """
 import sys, torch, fusion_core
 from peft import LoraConfig, get_peft_model
-model = fusion_core.load_plain(sys.argv[1])
-torch.manual_seed(0)
-cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
-get_peft_model(model, cfg).save_pretrained(sys.argv[2])
+for base, out, targets in zip(*[iter(sys.argv[1:])] * 3):
+    model = fusion_core.load_plain(base)
+    torch.manual_seed(0)
+    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=targets.split(","), init_lora_weights=False)
+    get_peft_model(model, cfg).save_pretrained(out)
 """
 
 
-def _make_adapter(base: Path, out: Path) -> Path:
-    """A real PEFT adapter, made in another process (the window's process never imports torch)."""
+@pytest.fixture(scope="module")
+def adapters(llama_dir: Path, qwen2_vl_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real PEFT adapters, made in one other process (the window's process never imports torch):
+    q and v of the tiny Llama, the patch embedding of the tiny Qwen2-VL."""
     root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": root}
-    subprocess.run([sys.executable, "-c", _MAKE, str(base), str(out)], check=True, env=env, cwd=root, timeout=300)
-    return out
+    folder = tmp_path_factory.mktemp("gui-adapters")
+    made = {"llama": (llama_dir, "q_proj,v_proj"), "qwen2-vl": (qwen2_vl_dir, "patch_embed.proj")}
+    argv = [sys.executable, "-c", _MAKE]
+    for name, (base, targets) in made.items():
+        argv += [str(base), str(folder / name), targets]
+    subprocess.run(argv, check=True, env={**os.environ, "PYTHONPATH": root}, cwd=root, timeout=300)
+    return {name: folder / name for name in made}
 
 
 def _row_text(window, path: str) -> str:
@@ -45,8 +53,8 @@ def _row_text(window, path: str) -> str:
     return ""
 
 
-def test_open_mark_and_convert_an_adapter(qtbot, window, open_model, only_fusions, llama_dir, tmp_path):
-    adapter = _make_adapter(llama_dir, tmp_path / "lora")
+def test_open_mark_and_convert_an_adapter(qtbot, window, open_model, only_fusions, llama_dir, adapters, tmp_path):
+    adapter = adapters["llama"]
     open_model(window, str(llama_dir))
     only_fusions(window, "qkv")
     with qtbot.waitSignal(window.state.adapter_changed, timeout=60_000) as sig:
@@ -70,6 +78,30 @@ def test_open_mark_and_convert_an_adapter(qtbot, window, open_model, only_fusion
     assert result.verification.round_trip == "bitwise" and "Converted" in dialog.status.text()
     cfg = json.loads((tmp_path / "fused" / "adapter_config.json").read_text())
     assert cfg["target_modules"] == ["qkv_proj"] and cfg["rank_pattern"] == {"qkv_proj": 8}
+    dialog.close()
+
+
+def test_patch_embedding_adapter_marked_and_converted(
+    qtbot, window, open_model, only_fusions, qwen2_vl_dir, adapters, tmp_path
+):
+    adapter = adapters["qwen2-vl"]
+    open_model(window, str(qwen2_vl_dir))
+    only_fusions(window, "patch_embeddings")
+    with qtbot.waitSignal(window.state.adapter_changed, timeout=60_000) as sig:
+        window.state.open_adapter(adapter)
+    assert sig.args[0] is not None and sig.args[0].layout == "fused"
+    assert "linear_proj: fused LoRA rank 4" in _row_text(window, "model.visual.patch_embed")
+    dialog = window.show_adapter_dialog()
+    qtbot.addWidget(dialog)
+    assert "conv_to_linear" in dialog.summary.text()
+    dialog.dest_edit.setText(str(tmp_path / "fused"))
+    dialog.verify_box.setChecked(False)  # PEFT's outputs on image inputs: tests/core/test_adapter.py
+    with qtbot.waitSignal(window.state.adapter_finished, timeout=JOB_TIMEOUT_MS) as done:
+        dialog.convert_button.click()
+    qtbot.waitUntil(lambda: dialog.job is None, timeout=10_000)
+    assert done.args[0].verification.round_trip == "bitwise" and "Converted" in dialog.status.text()
+    cfg = json.loads((tmp_path / "fused" / "adapter_config.json").read_text())
+    assert cfg["target_modules"] == ["linear_proj"]
     dialog.close()
 
 
