@@ -120,9 +120,10 @@ def _registered(spec: FusionSpec) -> Iterator[None]:
     try:
         yield
     finally:
-        unregister(spec.name)
-        if existing is not None:
+        if existing is not None:  # back in its own place: the registry's order is what users see
             register(existing, origin=getattr(existing, "origin", ""), replace=True)
+        else:
+            unregister(spec.name)
 
 
 def _demo_models(names: Sequence[str] | None) -> list[tuple[str, Path]]:

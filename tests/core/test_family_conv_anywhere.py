@@ -15,6 +15,7 @@ from torch import nn
 from fusion_core import inspect_model
 from fusion_core.conformance import check_family
 from fusion_core.families import _samples as samples
+from fusion_core.families import families
 from fusion_core.families._conv_patch import PatchLinear, owned_convs
 from fusion_core.families.patch_embeddings_2d import PatchEmbeddings2dFusion
 
@@ -30,8 +31,10 @@ class _Anywhere(PatchEmbeddings2dFusion):
 
 def test_bare_and_mid_network_convolutions_pass_the_kit():
     # in place == original, fused layout == in place, original -> fused -> original bitwise, no leak
+    order = [spec.name for spec in families()]
     report = check_family(_Anywhere(), demos=[])
     assert report.passed, report.summary()
+    assert [spec.name for spec in families()] == order  # the built-in family is back in its own place
     fused_on = report.by_name("matches_a_model")[0].detail
     assert all(f"sample:{t}" in fused_on for t in ("pixtral", "segformer", "glm4v_vision")), fused_on
     ran = {p.name for p in report.properties if p.passed and not p.skipped}
