@@ -9,6 +9,7 @@ folder or in the user's working directory is never imported (DESIGN.md, Security
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -31,6 +32,8 @@ __all__ = [
     "run_isolated",
     "use_zygote",
 ]
+
+log = logging.getLogger(__name__)
 
 # the folder holding the fusion_core package, put first on the child's sys.path
 _ROOT = str(Path(__file__).resolve().parents[2])
@@ -179,48 +182,63 @@ def _start(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[s
 
 # -- the zygote: children forked from one process that did the imports once -----------------
 
-_zygote: _Zygote | None = None
+#: zygotes by the environment their children get, most recent last (a test that changes a
+#: variable for a while and then restores it finds the first one still there)
+_zygotes: list[_Zygote] = []
 _zygote_lock = threading.Lock()
 _zygote_wanted: bool | None = None
+_MAX_ZYGOTES = 2
 
 
-def use_zygote(on: bool = True) -> None:
+def use_zygote(on: bool | None = True) -> None:
     """Fork children from a zygote from now on (:mod:`fusion_core.run.zygote`), or stop.
 
     For a process that starts many children (the window's engine, a test worker): each then
     starts with torch and transformers imported. Off unless asked (here or by
-    ``FUSION_CHILD_ZYGOTE=1``): a CLI run starts one child, and a zygote would cost it one
-    more process. The zygote starts with the first child.
+    ``FUSION_CHILD_ZYGOTE=1``; None: as that variable says): a CLI run starts one child, and
+    a zygote would cost it one more process. The zygote starts with the first child.
     """
     global _zygote_wanted
     _zygote_wanted = on
-    if not on:
+    if on is False:
         close_zygote()
 
 
 def close_zygote() -> None:
-    """End the zygote (its children run on; the next child starts a new one if wanted)."""
-    global _zygote
+    """End the zygotes (their children run on; the next child starts a new one if wanted)."""
     with _zygote_lock:
-        zygote, _zygote = _zygote, None
-    if zygote is not None:
+        zygotes, _zygotes[:] = list(_zygotes), []
+    for zygote in zygotes:
         zygote.close()
 
 
 def _zygote_for(env: dict[str, str]) -> _Zygote | None:
-    """The zygote for children with ``env`` (a new one when the environment changed)."""
-    global _zygote
+    """The zygote for children with ``env`` (a new one for an environment not seen lately)."""
     wanted = _zygote_wanted if _zygote_wanted is not None else os.environ.get("FUSION_CHILD_ZYGOTE") == "1"
     if not wanted:
         return None
+    gone: list[_Zygote] = []
     with _zygote_lock:
-        old = _zygote
-        if old is not None and old.env == env and old.alive():
-            return old
-        _zygote = _Zygote(env)
-    if old is not None:
+        for zygote in list(_zygotes):
+            if not zygote.alive():
+                _zygotes.remove(zygote)
+                gone.append(zygote)
+            elif zygote.env == env:
+                _zygotes.remove(zygote)
+                _zygotes.append(zygote)
+                break
+        else:
+            if _zygotes:
+                last = _zygotes[-1].env
+                changed = sorted(k for k in {*env, *last} if env.get(k) != last.get(k))
+                log.debug("a zygote for a changed environment (%s)", ", ".join(changed)[:300])
+            _zygotes.append(_Zygote(env))
+            while len(_zygotes) > _MAX_ZYGOTES:
+                gone.append(_zygotes.pop(0))
+        zygote = _zygotes[-1]
+    for old in gone:
         old.close()
-    return _zygote
+    return zygote
 
 
 class _Zygote:
@@ -394,6 +412,18 @@ class _ForkedChild:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def wait_forked(self, timeout: float | None = None) -> int:
+        """Its pid, once the zygote forked it (or we started it).
+
+        Raises:
+            subprocess.TimeoutExpired: not forked within ``timeout``.
+        """
+        with self._state:
+            if not self._state.wait_for(lambda: self.pid is not None or self.returncode is not None, timeout):
+                raise subprocess.TimeoutExpired("fusion_core.run.child", timeout or 0)
+            assert self.pid is not None
+            return self.pid
 
     # the Popen subset
     def poll(self) -> int | None:

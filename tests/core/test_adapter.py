@@ -432,6 +432,7 @@ def test_qwen2_vl_language_model_lora(qwen2_vl_dir: Path, tmp_path: Path) -> Non
     assert float((outs[0] - outs[1]).abs().max()) <= 1e-5 + 1e-5 * float(outs[0].abs().max())
 
 
+@pytest.mark.slow
 def test_verified_in_a_child_process_with_consumers(llama_dir: Path, qv_adapter: Path, tmp_path: Path) -> None:
     from fusion_core.boundary.convert import to_plain
 

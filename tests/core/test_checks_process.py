@@ -31,6 +31,7 @@ def _python(code: str, cwd: Path | None = None, timeout: int = 600) -> subproces
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_polluted_process_checks_the_real_original(qwen2_vl_dir: Path) -> None:
     """transformers' own fusion ran first in the same (fresh) process: the check still finds
     the module, its original is the Conv3d original, and the note names transformers' fusion."""
@@ -78,6 +79,7 @@ def test_modules_only(qwen2_vl_dir: Path) -> None:
     assert to_plain(result)["end_to_end"]["ran"] is False
 
 
+@pytest.mark.slow
 def test_modules_only_memory_is_bounded_by_the_modules(tmp_path: Path) -> None:
     """A Qwen2-VL whose language model holds ~200 MB: checking its 1.2 MB patch embedding alone
     grows the process by far less than the checkpoint (whole-model checks load it twice)."""

@@ -186,6 +186,7 @@ def test_mixed_dtype_group_is_refused_before_writing(tiny, tmp_path: Path) -> No
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "fusion"), [("gte", {"qkv": True}), ("nomic", {"qkv": True, "gate_up": True})])
 def test_legacy_fused_checkpoint_loads_checks_and_exports(tiny, tmp_path: Path, name: str, fusion: dict) -> None:
     """The checkpoint stores fused projections transformers splits at load: load plainly, then fuse."""

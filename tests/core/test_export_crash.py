@@ -63,6 +63,7 @@ def _next_run_cleans(src: Path, out: Path, reference: dict[str, str], overwrite:
     return result.verification.notes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", ["shard-written", "before-swap"])
 def test_killed_new_export_leaves_no_destination(src: Path, tmp_path: Path, reference, step: str) -> None:
     out = tmp_path / "out"

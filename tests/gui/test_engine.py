@@ -94,6 +94,7 @@ def _checks_running(qtbot, window):
     return engine, engine.pid, panel
 
 
+@pytest.mark.slow
 def test_an_engine_crash_fails_the_job_and_the_window_goes_on(qtbot, window, open_model, only_fusions):
     open_model(window, "demo:qwen2-vl")
     only_fusions(window, "patch_embeddings")
