@@ -347,6 +347,7 @@ class _ForkedChild:
         self._plain: subprocess.Popen[str] | None = None
         self._state = threading.Condition()
         self._kill = False
+        self._ended = False  # its end was reported: its pid may belong to another process now
         self._out: list[str] = []
         self._err: list[str] = []
         self._readers: list[threading.Thread] = []
@@ -363,6 +364,7 @@ class _ForkedChild:
 
     def exited(self, code: int) -> None:
         with self._state:
+            self._ended = True
             self.returncode = code
             self._state.notify_all()
 
@@ -373,6 +375,7 @@ class _ForkedChild:
     def _wait_orphan(self) -> None:
         self._read_all()
         with self._state:
+            self._ended = True
             if self.returncode is None:
                 self.returncode = -signal.SIGKILL if self._kill else 0
             self._state.notify_all()
@@ -407,7 +410,7 @@ class _ForkedChild:
     def _signal(self) -> None:
         if self._plain is not None:
             self._plain.kill()
-        elif self.pid is not None and self.returncode is None:
+        elif self.pid is not None and not self._ended:
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -433,6 +436,12 @@ class _ForkedChild:
         with self._state:
             self._kill = True
             known = self.pid is not None
+            if not known and self.returncode is None:
+                # not forked yet (the zygote may be stuck): it is killed if it ever is; we stop
+                # waiting for it now, and its output ends here
+                self._close_theirs()
+                self.returncode = -signal.SIGKILL
+                self._state.notify_all()
         if known:
             self._signal()
 
@@ -465,6 +474,8 @@ class _ForkedChild:
             except BrokenPipeError:
                 pass
         self._start_readers()
+        if self._kill and self.pid is None:  # killed before it was forked: no output will come
+            return "".join(self._out), "".join(self._err)
         deadline = None if timeout is None else _now() + timeout
         for t in self._readers:
             t.join(None if deadline is None else max(0.0, deadline - _now()))

@@ -81,6 +81,9 @@ def test_one_zygote_per_environment_and_a_dead_ones_requests_start_on_their_own(
     # a request the zygote never forks (stopped, then killed): a child of our own, on its pipes
     second.proc.send_signal(signal.SIGSTOP)
     monkeypatch.setenv("FUSION_TEST_MARK", "zygote-env")
+    stuck = isolated.WarmChild(None)
+    stuck.proc.kill()  # never forked: killing it does not wait for the stuck zygote
+    assert stuck.finish(10).returncode == -signal.SIGKILL
     orphan = isolated.WarmChild(None)
     assert isolated._zygotes[-1] is second
     second.proc.kill()
