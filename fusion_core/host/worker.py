@@ -96,9 +96,9 @@ class Host:
         self._tokens: dict[int, Any] = {}  # job id -> CancelToken
         self._threads: list[threading.Thread] = []
         self._quick: queue.Queue[tuple[Op[Any, Any], Any, int | None] | None] = queue.Queue()
-        #: families registered from a family file, by name: while any is registered, models
-        #: opened are not cached (their view depends on code the next start may not load)
-        self._file_families: dict[str, str] = {}
+        #: the names of families registered from a family file: while any is registered,
+        #: models opened are not cached (their view depends on code the next start may not load)
+        self._file_families: set[str] = set()
         #: the handler of every operation of the table (a test checks they are the same set)
         self.handlers: dict[Op[Any, Any], Callable[[Any], Any]] = {
             OPEN: self._open,
@@ -383,14 +383,14 @@ class Host:
         if not specs:
             errors = [e for e in plugin_errors() if p.path in str(e)]
             raise UsageError(f"{p.path}: no fusion family loaded" + (f" ({errors[-1]})" if errors else ""))
-        self._file_families.update((s.name, p.path) for s in specs)
+        self._file_families.update(s.name for s in specs)
         return [s.name for s in specs]
 
     def _unregister(self, p: UnregisterParams) -> None:
         from ..families import unregister
 
         unregister(p.name)
-        self._file_families.pop(p.name, None)
+        self._file_families.discard(p.name)
 
     def _close(self, p: SessionParams) -> None:
         self._sessions.pop(p.session, None)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import deque
 from pathlib import Path
 from typing import IO
@@ -168,7 +169,7 @@ def _start(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[s
     """A child for :class:`WarmChild`: forked by the zygote when one is in use, else started."""
     zygote = _zygote_for(env)
     if zygote is not None:
-        return zygote.fork(cwd)
+        return zygote.fork(argv, env, cwd)
     return subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
@@ -270,9 +271,12 @@ class _Zygote:
     def alive(self) -> bool:
         return not self._ended.is_set()
 
-    def fork(self, cwd: str) -> _ForkedChild:
-        """A child running in ``cwd``; its pipes work at once (it reads them once the zygote is warm)."""
-        child = _ForkedChild(self)
+    def fork(self, argv: list[str], env: dict[str, str], cwd: str) -> _ForkedChild:
+        """A child running in ``cwd``; its pipes work at once (it reads them once the zygote is warm).
+
+        ``argv`` and ``env`` start it as a plain child instead if the zygote cannot fork it.
+        """
+        child = _ForkedChild(argv, env, cwd)
         with self._lock:
             if self.alive():
                 self._pending.append(child)
@@ -281,7 +285,7 @@ class _Zygote:
                     return child
                 except OSError:
                     self._pending.remove(child)
-        child.start_plain(cwd)  # the zygote is gone: a child of our own, on the same pipes
+        child.start_plain()  # the zygote is gone: a child of our own, on the same pipes
         return child
 
     def _read(self) -> None:
@@ -307,7 +311,7 @@ class _Zygote:
             unforked = list(self._pending)
             self._pending.clear()
         for child in unforked:  # asked for and never forked: children of our own
-            child.start_plain(None)
+            child.start_plain()
         for child in list(self._children.values()):  # forked, and now nobody reports their end
             child.orphaned()
 
@@ -332,7 +336,8 @@ class _ForkedChild:
     it (a pipe holds them); its pid and exit code come from the zygote.
     """
 
-    def __init__(self, zygote: _Zygote) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str) -> None:
+        self._command = (argv, env, cwd)  # to start it ourselves if the zygote cannot
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -343,7 +348,6 @@ class _ForkedChild:
         self.stderr: IO[str] = os.fdopen(err_r)
         self.pid: int | None = None
         self.returncode: int | None = None
-        self._zygote = zygote
         self._plain: subprocess.Popen[str] | None = None
         self._state = threading.Condition()
         self._kill = False
@@ -380,10 +384,9 @@ class _ForkedChild:
                 self.returncode = -signal.SIGKILL if self._kill else 0
             self._state.notify_all()
 
-    def start_plain(self, cwd: str | None) -> None:
+    def start_plain(self) -> None:
         """Start this child ourselves on its pipes (the zygote could not fork it)."""
-        argv, env = isolated_command("fusion_core.run.child")
-        folder = cwd or tempfile.mkdtemp(prefix="fusion-child-")
+        argv, env, cwd = self._command
         with self._state:
             if self._kill:
                 self._close_theirs()
@@ -391,7 +394,7 @@ class _ForkedChild:
                 self._state.notify_all()
                 return
             self._plain = subprocess.Popen(
-                argv, stdin=self.theirs[0], stdout=self.theirs[1], stderr=self.theirs[2], env=env, cwd=folder
+                argv, stdin=self.theirs[0], stdout=self.theirs[1], stderr=self.theirs[2], env=env, cwd=cwd
             )
             self.pid = self._plain.pid
             self._close_theirs()
@@ -476,12 +479,12 @@ class _ForkedChild:
         self._start_readers()
         if self._kill and self.pid is None:  # killed before it was forked: no output will come
             return "".join(self._out), "".join(self._err)
-        deadline = None if timeout is None else _now() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         for t in self._readers:
-            t.join(None if deadline is None else max(0.0, deadline - _now()))
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if t.is_alive():
                 raise subprocess.TimeoutExpired("fusion_core.run.child", timeout or 0)
-        self.wait(None if deadline is None else max(0.0, deadline - _now()))
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return "".join(self._out), "".join(self._err)
 
 
@@ -492,12 +495,6 @@ def _drain(stream: IO[str], sink: list[str]) -> None:
         pass
     finally:
         stream.close()
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()
 
 
 # -- spares: children whose imports are done before an operation asks for one ---------------
