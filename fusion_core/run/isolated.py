@@ -213,27 +213,39 @@ def close_zygote() -> None:
         zygote.close()
 
 
+#: variables that change while a process runs and that nothing a child imports reads: a
+#: child's differ from its zygote's in these alone (pytest names the running test in one)
+VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})
+
+
+def zygote_key(env: dict[str, str]) -> dict[str, str]:
+    """What of ``env`` a zygote must have been started with to fork a child with ``env``: all
+    but :data:`VOLATILE` (the child then takes ``env`` itself, before it imports anything more)."""
+    return {k: v for k, v in env.items() if k not in VOLATILE}
+
+
 def _zygote_for(env: dict[str, str]) -> _Zygote | None:
     """The zygote for children with ``env`` (a new one for an environment not seen lately)."""
     wanted = _zygote_wanted if _zygote_wanted is not None else os.environ.get("FUSION_CHILD_ZYGOTE") == "1"
     if not wanted:
         return None
+    key = zygote_key(env)
     gone: list[_Zygote] = []
     with _zygote_lock:
         for zygote in list(_zygotes):
             if not zygote.alive():
                 _zygotes.remove(zygote)
                 gone.append(zygote)
-            elif zygote.env == env:
+            elif zygote.env == key:
                 _zygotes.remove(zygote)
                 _zygotes.append(zygote)
                 break
         else:
             if _zygotes:
                 last = _zygotes[-1].env
-                changed = sorted(k for k in {*env, *last} if env.get(k) != last.get(k))
+                changed = sorted(k for k in {*key, *last} if key.get(k) != last.get(k))
                 log.debug("a zygote for a changed environment (%s)", ", ".join(changed)[:300])
-            _zygotes.append(_Zygote(env))
+            _zygotes.append(_Zygote(key))
             while len(_zygotes) > _MAX_ZYGOTES:
                 gone.append(_zygotes.pop(0))
         zygote = _zygotes[-1]
@@ -281,7 +293,8 @@ class _Zygote:
             if self.alive():
                 self._pending.append(child)
                 try:
-                    socket.send_fds(self._sock, [json.dumps({"cwd": cwd}).encode()], child.theirs)
+                    request = json.dumps({"cwd": cwd, "env": env}).encode()
+                    socket.send_fds(self._sock, [request], child.theirs)
                     return child
                 except OSError:
                     self._pending.remove(child)

@@ -16,8 +16,10 @@ children speak JSON lines on their standard streams.
 
 The protocol, over an ``AF_UNIX``/``SOCK_SEQPACKET`` socket pair (one message each):
 
-* parent -> zygote: ``{"cwd": FOLDER}`` with three file descriptors attached (the child's
-  stdin, stdout and stderr);
+* parent -> zygote: ``{"cwd": FOLDER, "env": {NAME: VALUE}}`` with three file descriptors
+  attached (the child's stdin, stdout and stderr); the child's environment is exactly
+  ``env`` (the zygote's own differs at most in variables nothing imported reads, see
+  :func:`fusion_core.run.isolated.zygote_key`);
 * zygote -> parent: ``{"pid": PID}`` once forked, and ``{"exit": PID, "code": CODE}``
   when it ends (``CODE`` as :attr:`subprocess.Popen.returncode`: negative for a signal).
 
@@ -36,7 +38,7 @@ import threading
 
 __all__ = ["main"]
 
-_MAX_MESSAGE = 64 * 1024
+_MAX_MESSAGE = 256 * 1024  # a request: a folder and an environment
 
 
 def _send(sock: socket.socket, message: dict[str, object]) -> None:
@@ -46,8 +48,8 @@ def _send(sock: socket.socket, message: dict[str, object]) -> None:
         pass  # the parent is gone: the loop ends on its next read
 
 
-def _serve(sock: socket.socket) -> tuple[list[int], str] | None:
-    """Fork a child per request until the parent goes; in a child, return its fds and folder."""
+def _serve(sock: socket.socket) -> tuple[list[int], str, dict[str, str]] | None:
+    """Fork a child per request until the parent goes; in a child, return its fds, folder and environment."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up fd is written
@@ -76,7 +78,7 @@ def _serve(sock: socket.socket) -> tuple[list[int], str] | None:
                     for fd in (wake_r, wake_w):
                         os.close(fd)
                     sock.close()
-                    return fds, str(request["cwd"])
+                    return fds, str(request["cwd"]), dict(request["env"])
                 children.add(pid)
                 for fd in fds:
                     os.close(fd)
@@ -95,13 +97,14 @@ def _reap(sock: socket.socket, children: set[int]) -> None:
             _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _become_child(fds: list[int], cwd: str) -> None:
-    """Put the request's pipes on fds 0-2 and enter its empty folder."""
+def _become_child(fds: list[int], cwd: str, env: dict[str, str]) -> None:
+    """Put the request's pipes on fds 0-2, enter its empty folder and take its environment."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(cwd)
-    os.environ.pop("FUSION_ZYGOTE_FD", None)
+    os.environ.clear()  # os.environ writes through to the C environment (putenv/unsetenv)
+    os.environ.update(env)
 
 
 def main() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -66,6 +67,10 @@ def test_children_fork_from_one_zygote_and_each_serves_one_job(zygote, qwen2_vl_
 def test_one_zygote_per_environment_and_a_dead_ones_requests_start_on_their_own(zygote, monkeypatch) -> None:
     isolated.WarmChild(None).finish(120)
     first = isolated._zygotes[-1]
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "another test (call)")  # volatile: the same zygote
+    same = isolated.WarmChild(None)
+    assert _parent(_forked(same)) == first.proc.pid
+    assert same.finish(60).returncode == 0
     monkeypatch.setenv("FUSION_TEST_MARK", "zygote-env")
     child = isolated.WarmChild(None)
     pid = _forked(child)
@@ -96,3 +101,25 @@ def test_one_zygote_per_environment_and_a_dead_ones_requests_start_on_their_own(
     assert third is not second and second not in isolated._zygotes
     isolated._zygotes.remove(third)  # it need not finish its imports
     third.close()
+
+
+def test_a_forked_child_takes_the_environment_and_folder_it_was_asked_with(tmp_path: Path) -> None:
+    from fusion_core.run import zygote
+
+    env = {"FUSION_TEST_MARK": "asked", "PYTEST_CURRENT_TEST": "x (call)", "PATH": os.environ.get("PATH", "")}
+    fds = [os.open(os.devnull, os.O_RDONLY), *reversed(os.pipe()), os.open(os.devnull, os.O_WRONLY)]
+    stdin, out_w, out_r, stderr = fds
+    pid = os.fork()
+    if pid == 0:  # what the zygote's child does, then report what it has
+        try:
+            zygote._become_child([stdin, out_w, stderr], str(tmp_path), env)
+            os.write(1, json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}).encode())
+        finally:
+            os._exit(0)
+    for fd in (stdin, out_w, stderr):
+        os.close(fd)
+    with os.fdopen(out_r) as f:
+        got = json.loads(f.read())
+    assert os.waitpid(pid, 0)[1] == 0
+    assert got == {"env": env, "cwd": str(tmp_path)}
+    assert isolated.zygote_key(env) == {"FUSION_TEST_MARK": "asked", "PATH": env["PATH"]}
