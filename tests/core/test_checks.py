@@ -47,22 +47,22 @@ def test_check_demo_passes_float32(qwen2_vl_dir: Path) -> None:
 
 
 def test_check_is_deterministic(qwen2_vl_dir: Path) -> None:
-    a = check(qwen2_vl_dir, PE, repeats=1, upstream=False)
-    b = check(qwen2_vl_dir, PE, repeats=1, upstream=False)
+    a = check(qwen2_vl_dir, PE, repeats=1, upstream=False, time_budget=0)  # comparisons, not timings
+    b = check(qwen2_vl_dir, PE, repeats=1, upstream=False, time_budget=0)
     assert a.end_to_end.comparison.max_abs_diff == b.end_to_end.comparison.max_abs_diff
     assert a.modules[0].comparison.max_abs_diff == b.modules[0].comparison.max_abs_diff
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_check_half_dtypes(qwen2_vl_dir: Path, dtype: str) -> None:
-    result = check(qwen2_vl_dir, PE, dtype=dtype, repeats=1, upstream=False)
+    result = check(qwen2_vl_dir, PE, dtype=dtype, repeats=1, upstream=False, time_budget=0)
     assert result.passed and result.dtype == dtype
     assert result.tolerance.rtol == TOLERANCES[dtype][1] > TOLERANCES["float32"][1]
     assert TOLERANCES is DTYPE_TOLERANCES  # one table
 
 
 def test_wrong_fusion_fails(qwen2_vl_dir: Path, wrong_family: str) -> None:
-    result = check(qwen2_vl_dir, {wrong_family: True}, repeats=1, upstream=False)
+    result = check(qwen2_vl_dir, {wrong_family: True}, repeats=1, upstream=False, time_budget=0)
     assert not result.passed
     assert not result.modules[0].passed  # the tiny model may damp 0.1% below the end-to-end tolerance
     assert result.modules[0].comparison.max_rel_diff == pytest.approx(1e-3, rel=0.05)
@@ -87,10 +87,10 @@ def test_progress_and_cancel(qwen2_vl_dir: Path) -> None:
             token.cancel()
 
     with pytest.raises(Cancelled):
-        check(qwen2_vl_dir, PE, repeats=1, upstream=False, progress=on_step, cancel=token)
+        check(qwen2_vl_dir, PE, repeats=1, upstream=False, time_budget=0, progress=on_step, cancel=token)
     assert "loading the fused model" in messages and "running the original model end to end" in messages
     plan = inspect_model(str(qwen2_vl_dir)).plan(PE)
-    steps = list(_steps(iter_check(plan, CheckOptions.build(repeats=1, upstream=False))))
+    steps = list(_steps(iter_check(plan, CheckOptions.build(repeats=1, upstream=False, time_budget=0))))
     assert steps[-1].done == steps[-1].total
 
 
@@ -139,7 +139,7 @@ def test_several_families_at_once(qwen2_vl_dir: Path) -> None:
     fusion = {name: True for name in ("patch_embeddings", "qkv", "gate_up")}
     missing = [name for name in fusion if name not in REGISTRY]
     assert not missing, f"built-in families not registered: {missing}"
-    result = check(qwen2_vl_dir, fusion, repeats=1, upstream=False)
+    result = check(qwen2_vl_dir, fusion, repeats=1, upstream=False, time_budget=0)
     assert result.passed, to_plain(result)
     assert {m.family for m in result.modules} == set(fusion)
     assert "model.language_model.layers.0.self_attn" in [m.path for m in result.modules]
@@ -147,5 +147,5 @@ def test_several_families_at_once(qwen2_vl_dir: Path) -> None:
 
 def test_image_model_with_conv2d_patches() -> None:
     assert "patch_embeddings_2d" in REGISTRY, "the built-in patch_embeddings_2d family is not registered"
-    result = check("demo:vit", {"patch_embeddings_2d": True}, repeats=1, upstream=False)
+    result = check("demo:vit", {"patch_embeddings_2d": True}, repeats=1, upstream=False, time_budget=0)
     assert result.passed and result.end_to_end.input_kind == "image"

@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import _forked
 import pytest
 
 from fusion_core import check
@@ -24,16 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _python(code: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRANSFORMERS_VERBOSITY": "error"}
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or ROOT,
-    )  # fmt: skip
+    """``code`` in a process of its own, which no other test touched (forked with the imports done)."""
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
+    return _forked.run([], code=textwrap.dedent(code), env=env, cwd=cwd or ROOT, timeout=timeout)
 
 
 @pytest.mark.slow
 def test_polluted_process_checks_the_real_original(qwen2_vl_dir: Path) -> None:
-    """transformers' own fusion ran first in the same (fresh) process: the check still finds
+    """transformers' own fusion ran first in the same process (its own): the check still finds
     the module, its original is the Conv3d original, and the note names transformers' fusion."""
     proc = _python(
         f"""

@@ -10,6 +10,9 @@ from _wrong_family import wrong_family
 
 from fusion_core.cli.main import main
 
+# a check whose timings no assertion reads: one round each, no budget
+UNTIMED = ("--no-upstream", "--repeats", "1", "--time-budget", "0")
+
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
@@ -55,9 +58,7 @@ def test_check_demo_shows_speedup_and_upstream_defect(capsys: pytest.CaptureFixt
 
 
 def test_check_json_exit_zero(capsys: pytest.CaptureFixture[str], qwen2_vl_dir: Path) -> None:
-    code, out, _ = _run(
-        capsys, "check", str(qwen2_vl_dir), "--fusion", "patch_embeddings", "--json", "--no-upstream", "--repeats", "1"
-    )
+    code, out, _ = _run(capsys, "check", str(qwen2_vl_dir), "--fusion", "patch_embeddings", "--json", *UNTIMED)
     data = json.loads(out)
     assert code == 0 and data["passed"] is True and data["upstream"] is None
     assert data["modules"][0]["comparison"]["max_abs_diff"] <= 1e-5
@@ -65,7 +66,7 @@ def test_check_json_exit_zero(capsys: pytest.CaptureFixture[str], qwen2_vl_dir: 
 
 def test_check_failure_exit_one(capsys: pytest.CaptureFixture[str], qwen2_vl_dir: Path) -> None:
     with wrong_family() as name:
-        code, out, err = _run(capsys, "check", str(qwen2_vl_dir), "--fusion", name, "--no-upstream", "--repeats", "1")
+        code, out, err = _run(capsys, "check", str(qwen2_vl_dir), "--fusion", name, *UNTIMED)
     assert code == 1, err
     assert out, err
     assert out.rstrip().endswith("FAILED") and "FAIL" in out

@@ -6,11 +6,10 @@ import json
 import os
 import re
 import struct
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+import _forked
 import pytest
 import torch
 from _export_helpers import EXTRA_FILES, FUSION, copy_model, raw_bytes_of, tensors_of
@@ -121,7 +120,7 @@ def test_upstream_from_pretrained_reads_the_fused_export(qwen2_vl_dir: Path, tmp
         """
     )
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    done = _forked.run([], code=script, env=env, timeout=120)  # a process of its own, imports done
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"problems": {}, "class": "FusedPatchEmbed", "same": True}

@@ -1,7 +1,7 @@
 """Issue 13, item 5: a killed export leaves the destination absent or complete, and the next run cleans up.
 
-The export runs in a child process (the CLI) with a private fault variable that kills it
-with SIGKILL, or pauses it for a SIGTERM/SIGHUP, at a named step. Afterwards the
+The export runs in a child process (the CLI, forked with its imports done) with a private
+fault variable that kills it with SIGKILL, or pauses it for a SIGTERM/SIGHUP, at a named step. Afterwards the
 destination is either absent, or exactly the previous export, or exactly a verified
 reference export; the next export to the same place reports and removes what the killed
 one left, and leaves nothing else behind.
@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+import _forked
 import pytest
 from _export_helpers import FUSION, copy_model, folder_digest, leftovers
 
@@ -39,12 +38,11 @@ def reference(src: Path, tmp_path: Path) -> dict[str, str]:
     return folder_digest(ref)
 
 
-def _cli(src: Path, out: Path, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "fusion_core", "export", str(src), str(out), "--fusion", "patch_embeddings"]
+def _cli(src: Path, out: Path, env: dict[str, str], *extra: str) -> _forked.Forked:
+    """``fusion-core export`` in a process of its own (forked with the imports done: ``tests/_forked.py``)."""
+    argv = ["export", str(src), str(out), "--fusion", "patch_embeddings"]
     argv += ["--max-shard-size", SHARDS, "--no-verify-outputs", *extra]
-    return subprocess.Popen(
-        argv, env={**os.environ, **env}, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    return _forked.start(argv, env={**os.environ, **env}, cwd=out.parent)
 
 
 def _killed(src: Path, out: Path, step: str, *extra: str, exchange: bool = True) -> None:

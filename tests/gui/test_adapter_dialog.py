@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+import _forked
 import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
@@ -33,10 +31,11 @@ def adapters(llama_dir: Path, qwen2_vl_dir: Path, tmp_path_factory: pytest.TempP
     root = str(Path(__file__).resolve().parents[2])
     folder = tmp_path_factory.mktemp("gui-adapters")
     made = {"llama": (llama_dir, "q_proj,v_proj"), "qwen2-vl": (qwen2_vl_dir, "patch_embed.proj")}
-    argv = [sys.executable, "-c", _MAKE]
+    argv = []
     for name, (base, targets) in made.items():
         argv += [str(base), str(folder / name), targets]
-    subprocess.run(argv, check=True, env={**os.environ, "PYTHONPATH": root}, cwd=root, timeout=300)
+    done = _forked.run(argv, code=_MAKE, cwd=root, timeout=300)  # forked with the imports done
+    assert done.returncode == 0, done.stderr[-2000:]
     return {name: folder / name for name in made}
 
 
