@@ -12,4 +12,4 @@ export HF_HUB_OFFLINE=1
 .venv/bin/lint-imports
 # In parallel (pytest-xdist): each worker is its own process with its own engine process,
 # demo cache and settings (tests/conftest.py); FUSION_TEST_WORKERS=0 runs in one process.
-.venv/bin/python -m pytest -q -n "${FUSION_TEST_WORKERS:-3}" --durations=15 "$@"
+.venv/bin/python -m pytest -q -n "${FUSION_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder --durations=15 "$@"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 from pathlib import Path
 
 import pytest
@@ -16,14 +18,43 @@ os.environ.setdefault("FUSION_SPARE_CHILDREN", "0")
 os.environ.setdefault("FUSION_CHILD_ZYGOTE", "1")
 
 
+#: seconds each test module took (setup, calls and teardown, summed), measured by a run with
+#: FUSION_STORE_DURATIONS=1; only the order of the modules depends on it
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def _module(item: pytest.Item | pytest.TestReport) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with the most slow tests first, each kept whole (its fixtures set up once): in
-    parallel runs the long tests start early instead of ending the run alone."""
-    slow: dict[str, int] = {}
-    for item in items:
-        slow[item.module.__name__] = slow.get(item.module.__name__, 0) + (item.get_closest_marker("slow") is not None)
-    order = {name: i for i, name in enumerate(sorted(slow, key=lambda name: -slow[name]))}
-    items.sort(key=lambda item: order[item.module.__name__])
+    """The longest modules first, each kept whole (its fixtures set up once).
+
+    scripts/test.sh runs ``--dist loadfile --no-loadscope-reorder``: each worker takes the
+    next whole module in this order when it runs short, which spreads the long modules over
+    the workers from the start (longest processing time first) instead of one worker ending
+    the run alone. A module not measured yet counts as a median one.
+    """
+    try:
+        seconds = {str(k): float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        seconds = {}
+    default = statistics.median(seconds.values()) if seconds else 0.0
+    items.sort(key=lambda item: -seconds.get(_module(item), default))
+
+
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if os.environ.get("FUSION_STORE_DURATIONS") == "1" and not os.environ.get("PYTEST_XDIST_WORKER"):
+        _durations[_module(report)] = _durations.get(_module(report), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _durations and exitstatus == 0:  # a whole, passing run (the controller's reports)
+        ranked = sorted(_durations.items(), key=lambda kv: -kv[1])
+        DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in ranked}, indent=1) + "\n")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -44,6 +44,9 @@ def init_worker(family_files: Sequence[str] = (), heartbeat: Any = None, hook: s
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the worker
     warnings.simplefilter("ignore")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if hook:  # first: a hook that cannot be imported stops the worker before the heavy imports
+        mod_name, _, func = hook.partition(":")
+        _state["hook"] = getattr(importlib.import_module(mod_name), func)
     import torch  # noqa: F401 - imported once per worker, on purpose
     import transformers  # noqa: F401
     from transformers.initialization import no_init_weights
@@ -60,9 +63,6 @@ def init_worker(family_files: Sequence[str] = (), heartbeat: Any = None, hook: s
 
         for path in family_files:
             load_family_file(path)
-    if hook:
-        mod_name, _, func = hook.partition(":")
-        _state["hook"] = getattr(importlib.import_module(mod_name), func)
 
 
 def scan_types(model_types: Sequence[str], family_names: Sequence[str], timeout: float) -> list[dict[str, Any]]:
