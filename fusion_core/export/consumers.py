@@ -11,6 +11,8 @@ loads the written export twice and compares each one's main output with the sour
 
 Our loader runs first: transformers' fusion registries are process-wide and leak into later
 loads (DESIGN.md, upstream defect 3), which is also why this happens in a separate process.
+Its comparison is also the export's output check (:func:`fusion_core.export.verify.compare_outputs`,
+exact for an original-layout export): the export is loaded here only, never in the caller's process.
 The inputs are those of a check (:func:`fusion_core.export.verify.export_runs`: image+text,
 video+text, audio+text through the model's processor), and each run compares the main output
 and each vision or audio tower's output (``compared``). Each consumer gets a status:
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,16 @@ LOADS_WRONG = "loads wrong"
 _MARK = "FUSION_CORE_CONSUMERS "
 
 
+@dataclass
+class ConsumersAnswer:
+    """The consumers' child's answer: each consumer, and our loader's comparison in full."""
+
+    consumers: list[Consumer]
+    #: :func:`fusion_core.export.verify.compare_outputs` on the export as our loader loads it
+    #: (None: it did not load, or did not run)
+    outputs: dict[str, Any] | None = None
+
+
 class ConsumerProbe:
     """The consumers' child process, started before the export is written.
 
@@ -67,19 +80,22 @@ class ConsumerProbe:
         first = {"source": str(Path(source_folder).resolve()), "paths": paths, "trust_remote_code": trust_remote_code}
         self._child.send(json.dumps(first))
 
-    def run(self, written: Path, shown_as: Path, *, timeout: float = 1800) -> list[Consumer]:
+    def run(self, written: Path, shown_as: Path, *, exact: bool = False, timeout: float = 1800) -> ConsumersAnswer:
         """Load ``written`` with each consumer and compare with the source: our loader, then transformers.
 
         Args:
             written: the folder to load (the export, possibly not yet in place).
             shown_as: the path a user will load it from (used in ``how``).
+            exact: our loader's outputs must equal the source's bitwise (an original-layout
+                export), not only within the float32 tolerance.
             timeout: seconds before the probe is abandoned.
 
         Raises:
-            ExportError: the child process failed or did not answer, or its answer is not a
-                list of consumers.
+            ExportError: the child process failed or did not answer, or its answer is not
+                understood.
         """
-        self._child.send(json.dumps({"written": str(Path(written).resolve()), "shown_as": str(shown_as)}))
+        request = {"written": str(Path(written).resolve()), "shown_as": str(shown_as), "exact": exact}
+        self._child.send(json.dumps(request))
         try:
             done = self._child.finish(timeout)
         except subprocess.TimeoutExpired:
@@ -89,7 +105,7 @@ class ConsumerProbe:
         for line in reversed(done.stdout.splitlines()):
             if line.startswith(_MARK):
                 try:
-                    return from_plain(list[Consumer], json.loads(line[len(_MARK) :]))
+                    return from_plain(ConsumersAnswer, json.loads(line[len(_MARK) :]))
                 except ValueError as e:  # PlainDataError, JSONDecodeError
                     raise ExportError(f"the consumers' answer is not understood ({e}); nothing was written") from None
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -113,7 +129,7 @@ def try_consumers(
     (a :class:`ConsumerProbe` started and run at once; see there)."""
     probe = ConsumerProbe(source_folder, paths, trust_remote_code=trust_remote_code)
     try:
-        return probe.run(written, shown_as, timeout=timeout)
+        return probe.run(written, shown_as, timeout=timeout).consumers
     finally:
         probe.close()
 
@@ -181,20 +197,22 @@ def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool]:
     return type(reference), runs, trust
 
 
-def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> list[Consumer]:
+def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> ConsumersAnswer:
     import torch
     import transformers
 
     import fusion_core
 
     from ..run.loading import load
-    from .verify import compare_runs
+    from .verify import compare_outputs
 
     cls, runs, trust = prepared
     where = json.dumps(spec["shown_as"])
+    exact = bool(spec.get("exact"))
     consumers: list[Consumer] = []
+    answer = ConsumersAnswer(consumers)
 
-    def judge(name: str, how: str, loader: Any) -> None:
+    def judge(name: str, how: str, loader: Any, *, outputs: bool = False) -> None:
         entry = Consumer(name, REFUSES, how)
         consumers.append(entry)
         try:
@@ -207,18 +225,24 @@ def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> list[Consum
         elif not runs:
             entry.status = LOADS_NOT_COMPARED
             entry.detail = "no missing or unexpected keys; no input could be made that the source model runs"
+            if outputs:
+                answer.outputs = compare_outputs(runs, model, fused=True)
         else:
-            try:
-                passed, worst, _rel, compared, bad = compare_runs(runs, model.eval(), exact=False)
+            try:  # our loader's comparison is also the export's output check: exact where asked
+                compared = compare_outputs(runs, model.eval(), fused=not (outputs and exact))
             except Exception as e:  # loads but cannot run: loaded wrong
                 entry.status = LOADS_WRONG
                 entry.detail = f"loads, but does not run: {one_line(e, named=True, first=True)}"
                 return
-            entry.max_abs_diff, entry.compared = worst, compared
-            if passed:
+            worst = compared["max_abs_diff"]
+            entry.max_abs_diff, entry.compared = worst, compared["compared"]
+            if compared["passed"]:
                 entry.status, entry.detail = LOADS_EXACTLY, f"outputs match (max abs diff {worst:.2g})"
             else:
-                entry.status, entry.detail = LOADS_WRONG, f"outputs differ from the source model's ({bad})"
+                entry.status = LOADS_WRONG
+                entry.detail = f"outputs differ from the source model's ({compared['differs']})"
+            if outputs:
+                answer.outputs = compared
 
     def ours() -> tuple[Any, list[str]]:
         return load(spec["written"], dtype="float32", trust_remote_code=trust).model, []
@@ -235,9 +259,9 @@ def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> list[Consum
                 problems.append(f"{kind.replace('_', ' ')}: {', '.join(items[:5])}{more}")
         return model, problems
 
-    judge(f"fusion_core {fusion_core.__version__}", f"fusion_core.load({where})", ours)
+    judge(f"fusion_core {fusion_core.__version__}", f"fusion_core.load({where})", ours, outputs=True)
     judge(f"transformers {transformers.__version__}", f"transformers.{cls.__name__}.from_pretrained({where})", stock)
-    return consumers
+    return answer
 
 
 def serve() -> int:

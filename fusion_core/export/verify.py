@@ -1,8 +1,10 @@
 """The output check of an export: load what was written and compare it with the source.
 
-Both models are loaded in float32 with our loader (never transformers' own fusion): the
-source as the plain original model, the export fused (its ``config.json`` carries
-``fusion_config``) or plain (original layout). They run on the inputs a check uses
+It runs in the consumers' child process (:mod:`fusion_core.export.consumers`), which loads
+the export anyway: our loader's comparison there is the export's output check, so the
+export is loaded once, outside the caller's process. Both models are loaded in float32
+with our loader (never transformers' own fusion): the source as the plain original model,
+the export fused (its ``config.json`` carries ``fusion_config``) or plain (original layout). They run on the inputs a check uses
 (:func:`export_runs`: one run per modality the model takes, image+text, video+text,
 audio+text, through the model's processor; else the seeded synthetic inputs of
 :mod:`fusion_core.run.inputs`). Per run, the main output (logits, last hidden state...)
@@ -23,61 +25,30 @@ from ..errors import ExportError
 if TYPE_CHECKING:
     import torch
 
-    from ..model.sources import ModelSource
-    from ..plan.fusion_plan import FusionPlan
+    from .result import Consumer
 
 
-def compare_outputs(source: ModelSource, out_folder: Path, plan: FusionPlan, layout: str) -> dict[str, Any]:
-    """Load the export in ``out_folder`` back and compare its main output with the source model's.
+def compare_outputs(runs: list[Run], exported: Any, fused: bool) -> dict[str, Any]:
+    """Compare the loaded export's outputs with the source model's (the ``runs``) and summarise.
 
-    Args:
-        source: the exported model.
-        out_folder: the written (not yet moved into place) export.
-        plan: the export's plan (which modules are fused; the source model is loaded from it,
-            on its opened model, validated once).
-        layout: ``"fused"`` or ``"original"``, as exported.
+    Runs in the consumers' child (:mod:`fusion_core.export.consumers`), on the export as our
+    loader loads it: within the float32 tolerance for a fused export, exactly otherwise.
 
     Returns:
-        A JSON-able summary: ``passed``, ``output``, ``max_abs_diff``, ``tolerance``, the
-        inputs' shapes, ``summary``. ``passed`` is ``None`` when no synthetic input fits.
-
-    Raises:
-        ExportError: the export does not load, or its outputs differ from the source's.
+        A JSON-able summary: ``passed``, ``output``, ``inputs``, ``input_kind``,
+        ``max_abs_diff``, ``max_rel_diff``, ``tolerance``, ``compared``, and ``summary`` (or
+        ``differs``: the first difference). ``passed`` is ``None`` when no input fits.
     """
-    import torch
-
     from ..boundary.options import DTYPE_TOLERANCES
-    from ..errors import FusionError
-    from ..run.loading import load, load_original, load_plain
 
-    trust = source.trust_remote_code
-    fused = layout == "fused" and not plan.is_empty
-    reference = load_original(plan, dtype="float32").eval()
-    try:
-        if fused:
-            exported = load(str(out_folder), None, dtype="float32", trust_remote_code=trust).model.eval()
-        else:
-            exported = load_plain(str(out_folder), dtype="float32", trust_remote_code=trust).eval()
-    except FusionError as e:
-        raise ExportError(f"verification failed: the export does not load back: {e}") from None
-    paths = [m.path for fam in plan.families for m in fam.discovery.matches]
-    try:
-        with torch.inference_mode():
-            runs = export_runs(reference, paths, getattr(source, "folder", None))
-            if not runs:
-                return {"passed": None, "summary": "outputs not compared: no input fits this model", "compared": ""}
-            passed, worst, worst_rel, compared, bad = compare_runs(runs, exported, exact=not fused)
-    except FusionError as e:
-        raise ExportError(f"verification failed: the exported model does not run: {e}") from None
-    finally:
-        del reference, exported
-    first = runs[0]
-    name = next(iter(first.outputs))
+    if not runs:
+        return {"passed": None, "summary": "outputs not compared: no input fits this model", "compared": ""}
+    passed, worst, worst_rel, compared, bad = compare_runs(runs, exported, exact=not fused)
     atol, rtol = DTYPE_TOLERANCES["float32"]
     tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref| (float32)" if fused else "exact"
-    result = {
-        "output": name,
-        "inputs": first.inputs.shapes(),
+    result: dict[str, Any] = {
+        "output": next(iter(runs[0].outputs)),
+        "inputs": runs[0].inputs.shapes(),
         "input_kind": ", ".join(dict.fromkeys(r.inputs.kind for r in runs)),
         "max_abs_diff": worst,
         "max_rel_diff": worst_rel,
@@ -85,13 +56,34 @@ def compare_outputs(source: ModelSource, out_folder: Path, plan: FusionPlan, lay
         "passed": passed,
         "compared": compared,
     }
-    if not passed:
-        raise ExportError(
-            f"verification failed: the export's outputs differ from the source model's ({bad}; "
-            f"tolerance {tolerance}); nothing was written"
-        )
-    result["summary"] = f"outputs match the source model ({compared}; max abs diff {worst:.2g}, {tolerance})"
+    if passed:
+        result["summary"] = f"outputs match the source model ({compared}; max abs diff {worst:.2g}, {tolerance})"
+    else:
+        result["differs"] = bad
     return result
+
+
+def require_outputs(outputs: dict[str, Any] | None, ours: Consumer | None) -> dict[str, Any]:
+    """The output comparison of an export, or the ExportError that stops it (in the parent).
+
+    Args:
+        outputs: :func:`compare_outputs`' summary from the consumers' child (None: our loader
+            did not load the export, or the model did not run).
+        ours: our loader's consumer entry, which says why.
+    """
+    from .consumers import LOADS_WRONG
+
+    if outputs is None:
+        detail = ours.detail if ours is not None else "no answer"
+        if ours is not None and ours.status == LOADS_WRONG:
+            raise ExportError(f"verification failed: the exported model does not run: {detail}")
+        raise ExportError(f"verification failed: the export does not load back: {detail}")
+    if outputs.get("passed") is False:
+        raise ExportError(
+            f"verification failed: the export's outputs differ from the source model's ({outputs.get('differs')}; "
+            f"tolerance {outputs.get('tolerance')}); nothing was written"
+        )
+    return outputs
 
 
 _TOWERS = ("visual", "vision_tower", "vision_model", "vision_encoder", "image_encoder", "audio_tower", "audio_model")

@@ -193,7 +193,47 @@ def test_nothing_to_run_is_not_loads_exactly(llama_dir: Path, tmp_path: Path) ->
 
     export(llama_dir, tmp_path / "out", {"qkv": True}, verify_outputs=False)
     spec = {"written": str(tmp_path / "out"), "shown_as": str(tmp_path / "out")}
-    consumers = _probe((LlamaForCausalLM, [], False), spec)
-    ours = consumers[0]
+    answer = _probe((LlamaForCausalLM, [], False), spec)
+    ours = answer.consumers[0]
     assert ours.status == LOADS_NOT_COMPARED == "loads, outputs not compared" and ours.compared == ""
     assert "no input could be made" in ours.detail
+    assert answer.outputs["passed"] is None and answer.outputs["summary"].startswith("outputs not compared")
+
+
+def test_the_output_check_is_our_loaders_comparison_in_the_consumers_child(llama_dir: Path) -> None:
+    """The export's output check is made where the consumers load the export (the child's
+    ``_probe``): exact for the original layout, within tolerance for a fused one; a difference
+    stops the export with its first difference, a failed load with the loader's reason."""
+    import torch
+
+    from fusion_core import ExportError
+    from fusion_core.export.consumers import LOADS_EXACTLY, LOADS_WRONG, REFUSES, _prepare, _probe
+    from fusion_core.export.result import Consumer
+    from fusion_core.export.verify import require_outputs
+
+    prepared = _prepare({"source": str(llama_dir), "paths": [], "trust_remote_code": False})
+    runs = prepared[1]  # (model class, runs with their reference outputs, trust)
+    name = next(iter(runs[0].outputs))
+    spec = {"written": str(llama_dir), "shown_as": str(llama_dir)}
+    same = _probe(prepared, {**spec, "exact": True})
+    assert same.outputs["passed"] and same.outputs["tolerance"] == "exact" and same.outputs["max_abs_diff"] == 0.0
+    assert require_outputs(same.outputs, same.consumers[0]) is same.outputs
+
+    reference = runs[0].outputs[name]
+    runs[0].outputs[name] = torch.nextafter(reference, reference + 1)  # one float32 step away
+    near = _probe(prepared, {**spec, "exact": True})
+    assert near.outputs["passed"] is False and near.consumers[0].status == LOADS_WRONG
+    with pytest.raises(ExportError, match=r"outputs differ from the source model's \(.*logits.*; tolerance exact\)"):
+        require_outputs(near.outputs, near.consumers[0])
+    tolerated = _probe(prepared, {**spec, "exact": False})  # a fused export: within float32 rounding
+    assert tolerated.outputs["passed"] and tolerated.consumers[0].status == LOADS_EXACTLY
+    assert 0 < tolerated.outputs["max_abs_diff"] < 1e-5
+
+    runs[0].outputs[name] = reference * 1.01
+    far = _probe(prepared, {**spec, "exact": False})
+    assert far.outputs["passed"] is False and "differs" in far.outputs
+    with pytest.raises(ExportError, match="outputs differ"):
+        require_outputs(far.outputs, far.consumers[0])
+    refused = Consumer("fusion_core 0", REFUSES, "fusion_core.load(OUT)", "UnknownFamilyError: no family 'x'")
+    with pytest.raises(ExportError, match="the export does not load back: UnknownFamilyError: no family 'x'"):
+        require_outputs(None, refused)
