@@ -16,6 +16,12 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("FUSION_SPARE_CHILDREN", "0")
 # children fork from one zygote per test worker and engine (run/zygote.py): imports paid once
 os.environ.setdefault("FUSION_CHILD_ZYGOTE", "1")
+# one intra-op thread per process (before torch is imported; children inherit it): three workers
+# and their children on two cores, each with torch's default two OpenMP threads, spent about
+# half of the suite's CPU time in OpenMP threads spinning while they waited for work (measured:
+# 167 s against 87 s of CPU for the check modules); the tiny models gain nothing from a second
+# thread, and the tests about timings set their threads themselves
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 #: seconds each test module took (setup, calls and teardown, summed), measured by a run with

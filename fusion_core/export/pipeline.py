@@ -204,8 +204,6 @@ def iter_export(
                 f"with the {GUARD_PREFIX!r} prefix, so that it refuses them instead of maybe loading them wrong"
             )
         if verify_outputs:
-            from .verify import require_outputs
-
             yield Progress(total, total, "verifying outputs and trying the consumers (fusion_core, transformers)")
             assert probe is not None
             # our loader's comparison in the consumers' child is the output check: the export is
@@ -213,7 +211,7 @@ def iter_export(
             answer = probe.run(tmp, dest.path, exact=layout == "original" or plan.is_empty)
             consumers = answer.consumers
             ours = next((c for c in consumers if c.name.startswith("fusion_core")), None)
-            verification.outputs = require_outputs(answer.outputs, ours)
+            verification.outputs = _require_outputs(answer.outputs, ours)
             verification.outputs_checked = True
             if recorded is not None and _status(consumers, "transformers") == LOADS_WRONG:
                 wrong = _detail(consumers, "transformers")
@@ -318,6 +316,27 @@ def export(
         options = ExportOptions(**settings)
     plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
     return drive(iter_export(plan, out_dir, options), progress, cancel)
+
+
+def _require_outputs(outputs: dict[str, Any] | None, ours: Consumer | None) -> dict[str, Any]:
+    """The output comparison of an export, or the ExportError that stops it.
+
+    Args:
+        outputs: :func:`~fusion_core.export.verify.compare_outputs`' summary from the consumers' child (None: our loader
+            did not load the export, or the model did not run).
+        ours: our loader's consumer entry, which says why.
+    """
+    if outputs is None:
+        detail = ours.detail if ours is not None else "no answer"
+        if ours is not None and ours.status == LOADS_WRONG:
+            raise ExportError(f"verification failed: the exported model does not run: {detail}")
+        raise ExportError(f"verification failed: the export does not load back: {detail}")
+    if outputs.get("passed") is False:
+        raise ExportError(
+            f"verification failed: the export's outputs differ from the source model's ({outputs.get('differs')}; "
+            f"tolerance {outputs.get('tolerance')}); nothing was written"
+        )
+    return outputs
 
 
 def _fused_paths(plan: FusionPlan) -> list[str]:

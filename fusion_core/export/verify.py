@@ -20,12 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ExportError
-
 if TYPE_CHECKING:
     import torch
-
-    from .result import Consumer
 
 
 def compare_outputs(runs: list[Run], exported: Any, fused: bool) -> dict[str, Any]:
@@ -61,29 +57,6 @@ def compare_outputs(runs: list[Run], exported: Any, fused: bool) -> dict[str, An
     else:
         result["differs"] = bad
     return result
-
-
-def require_outputs(outputs: dict[str, Any] | None, ours: Consumer | None) -> dict[str, Any]:
-    """The output comparison of an export, or the ExportError that stops it (in the parent).
-
-    Args:
-        outputs: :func:`compare_outputs`' summary from the consumers' child (None: our loader
-            did not load the export, or the model did not run).
-        ours: our loader's consumer entry, which says why.
-    """
-    from .consumers import LOADS_WRONG
-
-    if outputs is None:
-        detail = ours.detail if ours is not None else "no answer"
-        if ours is not None and ours.status == LOADS_WRONG:
-            raise ExportError(f"verification failed: the exported model does not run: {detail}")
-        raise ExportError(f"verification failed: the export does not load back: {detail}")
-    if outputs.get("passed") is False:
-        raise ExportError(
-            f"verification failed: the export's outputs differ from the source model's ({outputs.get('differs')}; "
-            f"tolerance {outputs.get('tolerance')}); nothing was written"
-        )
-    return outputs
 
 
 _TOWERS = ("visual", "vision_tower", "vision_model", "vision_encoder", "image_encoder", "audio_tower", "audio_model")

@@ -208,8 +208,8 @@ def test_the_output_check_is_our_loaders_comparison_in_the_consumers_child(llama
 
     from fusion_core import ExportError
     from fusion_core.export.consumers import LOADS_EXACTLY, LOADS_WRONG, REFUSES, _prepare, _probe
+    from fusion_core.export.pipeline import _require_outputs as require_outputs
     from fusion_core.export.result import Consumer
-    from fusion_core.export.verify import require_outputs
 
     prepared = _prepare({"source": str(llama_dir), "paths": [], "trust_remote_code": False})
     runs = prepared[1]  # (model class, runs with their reference outputs, trust)
