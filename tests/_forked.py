@@ -7,8 +7,9 @@ spends about 7 s of CPU importing torch and transformers, and on two cores those
 were a tenth of the suite. :mod:`multiprocessing`'s forkserver does the imports once per
 test worker and forks one child per run. The child takes the environment, working folder,
 arguments and standard streams it is given, and its exit code (negative for a signal) is
-what :mod:`subprocess` reports. Its memory high-water mark starts at what it holds when
-forked (Linux), so growth measured inside it is its own.
+what :mod:`subprocess` reports. Its memory high-water mark starts at the RSS it was
+forked with (Linux), which can be above what it holds once it runs: a test that measures
+growth resets the mark first (``"5"`` into ``/proc/self/clear_refs``).
 
 Tests that are about a fresh interpreter (``python -m``, import-time plugins, the window
 process never importing torch) start one with :mod:`subprocess`, as before.
