@@ -210,11 +210,11 @@ def iter_export(
             # loaded there, not in this process (exactly equal outputs for the original layout)
             answer = probe.run(tmp, dest.path, exact=layout == "original" or plan.is_empty)
             consumers = answer.consumers
-            ours = next((c for c in consumers if c.name.startswith("fusion_core")), None)
-            verification.outputs = _require_outputs(answer.outputs, ours)
+            verification.outputs = _require_outputs(answer.outputs, _consumer(consumers, "fusion_core"))
             verification.outputs_checked = True
-            if recorded is not None and _status(consumers, "transformers") == LOADS_WRONG:
-                wrong = _detail(consumers, "transformers")
+            stock = _consumer(consumers, "transformers")
+            if recorded is not None and stock is not None and stock.status == LOADS_WRONG:
+                wrong = stock.detail
                 if options.on_wrong_load == "refuse":
                     raise naming(
                         ExportError(
@@ -322,8 +322,8 @@ def _require_outputs(outputs: dict[str, Any] | None, ours: Consumer | None) -> d
     """The output comparison of an export, or the ExportError that stops it.
 
     Args:
-        outputs: :func:`~fusion_core.export.verify.compare_outputs`' summary from the consumers' child (None: our loader
-            did not load the export, or the model did not run).
+        outputs: :func:`~fusion_core.export.verify.compare_outputs`' summary from the
+            consumers' child (None: our loader did not load the export, or the model did not run).
         ours: our loader's consumer entry, which says why.
     """
     if outputs is None:
@@ -356,12 +356,9 @@ def _consumers(folder: Path, written: Path, dest: Path, plan: FusionPlan, trust:
     return try_consumers(folder, written, dest, _fused_paths(plan), trust_remote_code=trust)
 
 
-def _status(consumers: list[Consumer], name: str) -> str | None:
-    return next((c.status for c in consumers if c.name.startswith(name)), None)
-
-
-def _detail(consumers: list[Consumer], name: str) -> str:
-    return next((c.detail for c in consumers if c.name.startswith(name)), "")
+def _consumer(consumers: list[Consumer], name: str) -> Consumer | None:
+    """The consumer entry of ``name`` ("fusion_core", "transformers"), if it was tried."""
+    return next((c for c in consumers if c.name.startswith(name)), None)
 
 
 def _groups(plan: FusionPlan, layout: str, folder: Path) -> list[_Group]:

@@ -4,10 +4,10 @@ It runs in the consumers' child process (:mod:`fusion_core.export.consumers`), w
 the export anyway: our loader's comparison there is the export's output check, so the
 export is loaded once, outside the caller's process. Both models are loaded in float32
 with our loader (never transformers' own fusion): the source as the plain original model,
-the export fused (its ``config.json`` carries ``fusion_config``) or plain (original layout). They run on the inputs a check uses
-(:func:`export_runs`: one run per modality the model takes, image+text, video+text,
-audio+text, through the model's processor; else the seeded synthetic inputs of
-:mod:`fusion_core.run.inputs`). Per run, the main output (logits, last hidden state...)
+the export fused (its ``config.json`` carries ``fusion_config``) or plain (original
+layout). They run on the inputs a check uses (:func:`export_runs`: one run per modality
+the model takes, image+text, video+text, audio+text, through the model's processor; else
+the seeded synthetic inputs of :mod:`fusion_core.run.inputs`). Per run, the main output (logits, last hidden state...)
 and each vision or audio tower's output must match: within the float32 tolerance of
 :mod:`fusion_core.run.checks` for a fused export (the fused modules compute the same
 numbers in another order), exactly for an original-layout export (the same weights in the
