@@ -131,3 +131,33 @@ def side_file_limit(name: str) -> int | None:
 
 def _positive(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+# --- sizes a config or processor file sets for a check's synthetic inputs -------------------
+
+# A check feeds synthetic media of the size the model's config or processor names; a folder
+# can name any size (``image_size: 40000``, ``min_pixels: 4e9``, ``num_frames: 1e9``), so the
+# sizes are clamped to a workload bound first and the check says so. The bounds are above
+# every public processor (SmolVLM's longest edge of 2048 px, Qwen2-VL's 12.8 M max pixels).
+MAX_INPUT_SIDE = 2048  # pixels of one side
+MAX_INPUT_FRAMES = 64  # video frames
+MAX_MIN_PIXELS = 512 * 512  # a processor's lower bound on pixels (it scales images up to it)
+MAX_INPUT_PIXELS = 4096 * 4096  # a processor's upper bound on pixels
+MAX_SAMPLING_RATE = 384_000  # Hz
+
+
+def clamped(value: Any, limit: int, what: str, notes: list[str] | None = None) -> Any:
+    """``value`` (a size from a config or processor file) at most ``limit``; a note says when it was cut.
+
+    Non-numbers and ``None`` are returned as they are; lists and tuples are clamped item by item.
+    """
+    if isinstance(value, (list, tuple)):
+        return type(value)(clamped(v, limit, what, notes) for v in value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= limit:
+        return value
+    if notes is not None:
+        notes.append(
+            f"{what} = {value:g} is beyond the {limit:,} a check feeds; synthetic inputs use {limit:,} (a folder's "
+            "sizes are bounded)"
+        )
+    return limit

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..families._sample_inputs import config_value
+from ..model.limits import MAX_INPUT_FRAMES, MAX_INPUT_SIDE
 
 if TYPE_CHECKING:
     import torch
@@ -234,7 +235,7 @@ def video_grid_inputs(
     else:
         size = workload.image_size or 56
         h = w = max(merge, size // ps // merge * merge)
-        t = max(1, (workload.frames or config_value(config, "num_frames") or 2 * tps) // tps)
+        t = max(1, (workload.frames or min(config_value(config, "num_frames") or 2 * tps, MAX_INPUT_FRAMES)) // tps)
         gen = _generator(workload.seed)
         patches = torch.randn(n * t * h * w, channels * math.prod(kernel), generator=gen)
     kwargs: dict[str, Any] = {
@@ -266,10 +267,10 @@ def video_grid_inputs(
 
 def _size(value: Any) -> int | None:
     if isinstance(value, (list, tuple)) and value:
-        return int(value[0])
+        value = value[0]
     if isinstance(value, dict):
         value = value.get("height", value.get("shortest_edge"))
-    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+    return int(min(value, MAX_INPUT_SIDE)) if isinstance(value, (int, float)) and value > 0 else None  # issue 32
 
 
 def _pixel_inputs(
@@ -289,7 +290,7 @@ def _pixel_inputs(
     if workload.image_size:
         height = width = int(workload.image_size)
     elif isinstance(size, (list, tuple)):
-        height, width = int(size[0]), int(size[-1])
+        height, width = (int(min(v, MAX_INPUT_SIDE)) for v in (size[0], size[-1]))
     else:
         height = width = _size(size) or 2 * kernel[-2 if len(kernel) > 1 else -1]
     n = max(1, workload.batch)
@@ -312,7 +313,9 @@ def _pixel_inputs(
                 "", {key: image, **extra}, "image", [f"{n} image(s), {channels} channels, {height}x{width}{text}"]
             )
         return
-    frames = int(workload.frames or config_value(config, "num_frames", "frames_per_clip") or 2 * kernel[0])
+    frames = int(
+        workload.frames or min(config_value(config, "num_frames", "frames_per_clip") or 2 * kernel[0], MAX_INPUT_FRAMES)
+    )
     clip = torch.randn(n, frames, channels, height, width, generator=gen).to(dtype)
     note = f"{n} clip(s) of {frames} frames, {channels} channels, {height}x{width}"
     for extra in extras:

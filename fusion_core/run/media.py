@@ -3,8 +3,13 @@
 Files are read with Pillow (images), PyAV (video frames, as RGB arrays) and soundfile
 (audio, mono float32). A missing file is a usage error naming the option; a file that
 cannot be read is a :class:`~fusion_core.errors.CheckError` saying why (one line).
-Sizes are bounded: a video gives at most :data:`MAX_FRAMES` frames, an audio file at most
-:data:`MAX_AUDIO_SECONDS` seconds, an image at most :data:`MAX_IMAGE_PIXELS` pixels.
+Sizes are bounded before anything is decoded (issue 32): an image is opened only in the
+formats of :data:`IMAGE_FORMATS` (never EPS/PostScript, which Pillow hands to Ghostscript)
+with Pillow's decompression-bomb limit at :data:`MAX_IMAGE_PIXELS`; a video's frame size
+comes from the container's header (at most :data:`MAX_FRAME_PIXELS` a frame, and the frames
+kept at most :data:`MAX_VIDEO_BYTES`) and at most :data:`MAX_FRAMES` frames are decoded; an
+audio file's channels x rate x seconds (from its header) are at most
+:data:`MAX_AUDIO_SAMPLES`, of at most :data:`MAX_AUDIO_SECONDS` seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +25,13 @@ from ..text import printable
 MAX_FRAMES = 64
 MAX_AUDIO_SECONDS = 60.0
 MAX_IMAGE_PIXELS = 64 * 2**20
+#: formats an image file may be in: raster formats Pillow decodes itself
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF", "PPM", "TGA")
+MAX_FRAME_PIXELS = 4096 * 2304  # a 4K frame and then some
+MAX_VIDEO_BYTES = 1024 * 2**20  # the RGB frames kept
+MAX_AUDIO_CHANNELS = 64
+MAX_AUDIO_RATE = 384_000
+MAX_AUDIO_SAMPLES = 64 * 2**20  # channels x frames decoded: 256 MB of float32
 DEFAULT_FRAMES = 4
 DEFAULT_AUDIO_SECONDS = 1.0
 
@@ -58,17 +70,33 @@ def read_image(path: str) -> Media:
         OptionError: no such file (option ``image``).
         CheckError: not an image Pillow reads, or larger than :data:`MAX_IMAGE_PIXELS`.
     """
+    import warnings
+
     from PIL import Image
 
     file = _existing("image", path)
+    if Image.MAX_IMAGE_PIXELS is None or Image.MAX_IMAGE_PIXELS > MAX_IMAGE_PIXELS:
+        Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS  # Pillow's decompression-bomb limit (an error at twice it)
     try:
-        with Image.open(file) as img:
-            if img.width * img.height > MAX_IMAGE_PIXELS:
-                raise CheckError(f"image file {printable(file.name)}: {img.width}x{img.height} px is over the limit")
-            picture = img.convert("RGB")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(file, formats=IMAGE_FORMATS) as img:
+                if img.width * img.height > MAX_IMAGE_PIXELS:
+                    raise CheckError(
+                        f"image file {printable(file.name)}: {img.width}x{img.height} px is over the limit of "
+                        f"{MAX_IMAGE_PIXELS:,} pixels"
+                    )
+                picture = img.convert("RGB")
     except CheckError:
         raise
-    except Exception as e:  # Pillow's UnidentifiedImageError, a truncated file...
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError):
+        raise CheckError(f"image file {printable(file.name)}: over the limit of {MAX_IMAGE_PIXELS:,} pixels") from None
+    except Image.UnidentifiedImageError:
+        raise CheckError(
+            f"image file {printable(file.name)}: not an image Pillow can read in the formats a check takes "
+            f"({', '.join(IMAGE_FORMATS)}; EPS and PostScript are never opened)"
+        ) from None
+    except Exception as e:  # a truncated file...
         raise CheckError(
             f"image file {printable(file.name)}: not an image Pillow can read ({one_line(e, first=True, limit=200)})"
         ) from None
@@ -86,24 +114,52 @@ def read_video(path: str, frames: int | None = None) -> Media:
 
     file = _existing("video", path)
     want = min(frames or DEFAULT_FRAMES, MAX_FRAMES)
+    name = printable(file.name)
     try:
         with av.open(str(file)) as container:
-            decoded = []
-            for frame in container.decode(video=0):
-                decoded.append(frame.to_ndarray(format="rgb24"))
-                if len(decoded) >= MAX_FRAMES:
+            if not container.streams.video:
+                raise CheckError(f"video file {name}: no video stream")
+            stream = container.streams.video[0]
+            _frame_size(name, stream.codec_context.width, stream.codec_context.height, want)
+            # how many frames there are (up to MAX_FRAMES), from the packets alone: nothing decoded
+            count = 0
+            for packet in container.demux(stream):
+                if packet.size:
+                    count += 1
+                    if count >= MAX_FRAMES:
+                        break
+            step = max(1, count // want)
+            keep = set(range(0, count, step)[:want]) if count else {0}
+        decoded: list[Any] = []
+        with av.open(str(file)) as container:
+            for i, frame in enumerate(container.decode(container.streams.video[0])):
+                _frame_size(name, frame.width, frame.height, want)  # the header may lie
+                if i in keep:
+                    decoded.append(frame.to_ndarray(format="rgb24"))
+                if len(decoded) >= len(keep) or i + 1 >= MAX_FRAMES:
                     break
+    except CheckError:
+        raise
     except Exception as e:
         raise CheckError(
-            f"video file {printable(file.name)}: not a video PyAV can decode ({one_line(e, first=True, limit=200)})"
+            f"video file {name}: not a video PyAV can decode ({one_line(e, first=True, limit=200)})"
         ) from None
     if not decoded:
-        raise CheckError(f"video file {printable(file.name)}: no video frames")
-    step = max(1, len(decoded) // want)
-    picked = decoded[::step][:want]
+        raise CheckError(f"video file {name}: no video frames")
+    picked = decoded[:want]
     while len(picked) < want:  # a short clip: its last frame repeated
         picked.append(picked[-1])
     return Media("video", [picked], file.name)
+
+
+def _frame_size(name: str, width: int, height: int, frames: int) -> None:
+    """Refuse a video whose frames are too large to decode or keep, before decoding them."""
+    pixels = int(width or 0) * int(height or 0)
+    if pixels > MAX_FRAME_PIXELS or pixels * 3 * frames > MAX_VIDEO_BYTES:
+        raise CheckError(
+            f"video file {name}: frames of {width}x{height} px are over the limit ({MAX_FRAME_PIXELS:,} pixels a frame, "
+            f"{MAX_VIDEO_BYTES // 2**20} MB for {frames} frames); refused before decoding"
+        )
 
 
 def read_audio(path: str, sampling_rate: int) -> Media:
@@ -117,13 +173,29 @@ def read_audio(path: str, sampling_rate: int) -> Media:
     import soundfile
 
     file = _existing("audio", path)
+    name = printable(file.name)
     try:
         info = soundfile.info(str(file))
-        stop = int(min(info.frames, MAX_AUDIO_SECONDS * info.samplerate))
+    except Exception as e:
+        raise CheckError(
+            f"audio file {name}: not audio soundfile can read ({one_line(e, first=True, limit=200)})"
+        ) from None
+    stop = int(min(info.frames, MAX_AUDIO_SECONDS * info.samplerate))
+    if (
+        info.channels > MAX_AUDIO_CHANNELS
+        or info.samplerate > MAX_AUDIO_RATE
+        or stop * info.channels > MAX_AUDIO_SAMPLES
+    ):
+        raise CheckError(
+            f"audio file {name}: {info.channels} channels x {info.samplerate:,} Hz x {stop / max(info.samplerate, 1):.1f} s "
+            f"is over the limit ({MAX_AUDIO_CHANNELS} channels, {MAX_AUDIO_RATE:,} Hz, {MAX_AUDIO_SAMPLES:,} samples); "
+            "refused before decoding"
+        )
+    try:
         data, rate = soundfile.read(str(file), frames=stop, dtype="float32", always_2d=True)
     except Exception as e:
         raise CheckError(
-            f"audio file {printable(file.name)}: not audio soundfile can read ({one_line(e, first=True, limit=200)})"
+            f"audio file {name}: not audio soundfile can read ({one_line(e, first=True, limit=200)})"
         ) from None
     wave = data.mean(axis=1)
     if not len(wave):

@@ -79,12 +79,14 @@ def _sampling_rate(proc: Any) -> int:
     return int(getattr(fe, "sampling_rate", 0) or 0)
 
 
-def _synthetic(kind: str, config: Any, workload: Workload, grid: bool, rate: int) -> Media:
+def _synthetic(kind: str, config: Any, workload: Workload, grid: bool, rate: int, notes: list[str]) -> Media:
     from ..families._sample_inputs import config_value
+    from ..model.limits import MAX_INPUT_FRAMES, MAX_INPUT_SIDE, MAX_SAMPLING_RATE, clamped
     from .media import synthetic_audio, synthetic_image, synthetic_video
 
     side = config_value(config, "image_size")
-    side = int(side[0] if isinstance(side, (list, tuple)) else side) if side else None
+    side = side[0] if isinstance(side, (list, tuple)) and side else side
+    side = int(clamped(side, MAX_INPUT_SIDE, "config image_size", notes)) if _number(side) else None
     n = max(1, workload.batch)
     if kind == "image":
         size = workload.image_size or side or DEFAULT_GRID_IMAGE_SIZE
@@ -93,9 +95,15 @@ def _synthetic(kind: str, config: Any, workload: Workload, grid: bool, rate: int
         return synthetic_image(size + wide, size, workload.seed, n)
     if kind == "video":
         size = workload.image_size or min(side or 56, 56)
-        frames = workload.frames or int(config_value(config, "num_frames") or DEFAULT_FRAMES)
-        return synthetic_video(size, size, frames, workload.seed, n)
-    return synthetic_audio(DEFAULT_AUDIO_SECONDS, rate or 16000, workload.seed, n)
+        frames = config_value(config, "num_frames")
+        frames = int(clamped(frames, MAX_INPUT_FRAMES, "config num_frames", notes)) if _number(frames) else None
+        return synthetic_video(size, size, workload.frames or frames or DEFAULT_FRAMES, workload.seed, n)
+    rate = int(clamped(rate, MAX_SAMPLING_RATE, "the processor's sampling_rate", notes)) if rate else 16000
+    return synthetic_audio(DEFAULT_AUDIO_SECONDS, rate, workload.seed, n)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1
 
 
 def _prompt(workload: Workload, given: str | None) -> str:
@@ -148,11 +156,10 @@ def _processed(
         kwargs["sampling_rate"] = media.sampling_rate
     per_row = max(1, len(items) // n)
     if "input_ids" in params and getattr(proc, "tokenizer", None) is not None:
-        if getattr(proc, "chat_template", None):
-            content = [{"type": media.kind}] * per_row + [{"type": "text", "text": prompt}]
-            text = proc.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
-        else:
-            text = _wrapped(proc, media.kind) * per_row + prompt
+        # the prompt is built here, never by the folder's chat template: a Jinja template is
+        # unbounded in time and memory ('x' * 6000000000, nested loops), and the check
+        # compares fused with original on the same tokens whatever the layout of the turn
+        text = _wrapped(proc, media.kind) * per_row + prompt
         out = proc(text=[text] * n, return_tensors="pt", **kwargs)
     else:  # a vision tower alone: its image processor
         out = proc(**{("images" if arg == "images" else arg): items}, return_tensors="pt")
@@ -254,9 +261,10 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
             proc = getattr(proc, "image_processor", proc)
     groups: list[Group] = []
     media = _user_media(options, _sampling_rate(proc)) if user else []
+    sized: list[str] = list(getattr(proc, "fusion_size_notes", None) or [])  # sizes clamped (issue 32)
     if not user:
         grid = "image_grid_thw" in params
-        media = [_synthetic(k, config, workload, grid, _sampling_rate(proc)) for k in taken]
+        media = [_synthetic(k, config, workload, grid, _sampling_rate(proc), sized) for k in taken]
     prompt = _prompt(workload, options.prompt)
     fallback = [] if user else list(_config_candidates(model, paths, workload))
     for m in media:
@@ -273,6 +281,10 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
                 )
                 where = printable(m.source) if user else f"synthetic {m.kind} ({m.size()})"
                 made.notes.append(f"{label}: {where} through {proc_note}")
+                if getattr(proc, "chat_template", None) and "input_ids" in params:
+                    made.notes.append(
+                        f"{label}: prompt built by Fusion Inspector (the folder's chat template is not run)"
+                    )
                 if user or options.prompt is not None:
                     made.kind = PROCESSOR_KIND
                 group.candidates.append(made)
@@ -321,6 +333,8 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
         if not user:
             group.candidates += [c for c in fallback if _label(c).split("+")[0] == m.kind]
         groups.append(group)
+    for c in groups[0].candidates if groups and sized else []:
+        c.notes.extend(dict.fromkeys(sized))
     if not user:
         # a media run nothing was made for takes the config's inputs of another kind the model
         # takes in the same tensor (a video model's clip in ``pixel_values``: VideoMAE, ViViT)

@@ -25,9 +25,17 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from ..families._sample_inputs import config_value
+from ..model.limits import MAX_INPUT_PIXELS, MAX_INPUT_SIDE, MAX_MIN_PIXELS, MAX_SAMPLING_RATE, clamped
 from ..model.tokenizer import special_tokens, synthetic_tokenizer
 
-__all__ = ["processor_for", "processor_from_config", "special_tokens", "synthetic_tokenizer", "tokenizer_for"]
+__all__ = [
+    "bound_sizes",
+    "processor_for",
+    "processor_from_config",
+    "special_tokens",
+    "synthetic_tokenizer",
+    "tokenizer_for",
+]
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -179,6 +187,7 @@ def processor_from_config(config: Any, folder: Path | None = None) -> tuple[Any,
             parts[attr] = _feature_extractor(model_type, config)
         elif attr == "video_processor":  # transformers 5.24's video processors need torchvision
             parts[attr] = _no_video_processor(parts.get("image_processor"))
+    sized = [note for part in parts.values() for note in bound_sizes(part)]
     if "video_processor" in parts:
         cls = _without_video_check(cls)
     params = inspect.signature(cls.__init__).parameters
@@ -214,6 +223,8 @@ def processor_from_config(config: Any, folder: Path | None = None) -> tuple[Any,
         strings.update(own)
     if not own_tokenizer:
         proc.chat_template = None  # a template in the class's code writes the real tokenizer's token strings
+    if sized:
+        proc.fusion_size_notes = sized
     built = ", ".join(type(p).__name__ for p in parts.values() if p is not None)
     if loaded:
         return proc, f"{name} from the checkpoint's files ({built}; no video processor: it needs torchvision)"
@@ -273,6 +284,7 @@ def processor_for(folder: Path | None, config: Any) -> tuple[Any, str]:
             proc = AutoProcessor.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
         except ImportError:  # a video processor that needs torchvision: the other parts from the files
             return processor_from_config(config, folder)
+        bound_sizes(proc)
         return proc, f"the checkpoint's own {type(proc).__name__}"
     if folder_has(folder, TOKENIZER_FILES):
         return processor_from_config(config, folder)
@@ -284,5 +296,72 @@ def image_processor_for(folder: Path | None, config: Any) -> Any:
     if folder_has(folder, ("preprocessor_config.json",)):
         from transformers import AutoImageProcessor
 
-        return AutoImageProcessor.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+        image_proc = AutoImageProcessor.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+        bound_sizes(image_proc)
+        return image_proc
     return _image_processor(_model_type(config), config)
+
+
+_SIDE_ATTRS = ("size", "crop_size", "max_image_size", "pad_size")
+_SIDE_KEYS = ("shortest_edge", "longest_edge", "height", "width", "max_height", "max_width")
+
+
+def bound_sizes(proc: Any) -> list[str]:
+    """Clamp the sizes a processor's files set (image sides, pixel counts, sampling rate) to a workload bound.
+
+    A processor file can name any size (``size: {"shortest_edge": 40000}``, ``min_pixels: 4e9``)
+    and the processor then makes inputs of that size from any picture: each is clamped
+    (:mod:`fusion_core.model.limits`), in place. Processors with ``min_pixels`` / ``max_pixels``
+    (Qwen-VL) keep pixel counts under ``size`` too.
+
+    Returns:
+        One note per value clamped (also kept on ``proc`` as ``fusion_size_notes``).
+    """
+    notes: list[str] = []
+    seen: set[int] = set()
+    parts = [proc] + [getattr(proc, a, None) for a in ("image_processor", "video_processor", "feature_extractor")]
+    for part in parts:
+        if part is None or id(part) in seen or isinstance(part, (str, int, float)):
+            continue
+        seen.add(id(part))
+        name = type(part).__name__
+        # Qwen-VL-like grid processors (patches merged in time and space) keep pixel counts in ``size``
+        pixels = any(hasattr(part, k) for k in ("min_pixels", "max_pixels")) or all(
+            hasattr(part, k) for k in ("temporal_patch_size", "merge_size")
+        )
+        for attr, limit in (("min_pixels", MAX_MIN_PIXELS), ("max_pixels", MAX_INPUT_PIXELS)):
+            value = getattr(part, attr, None)
+            cut = clamped(value, limit, f"{name}.{attr}", notes)
+            if cut is not value:
+                setattr(part, attr, cut)
+        rate = getattr(part, "sampling_rate", None)
+        cut = clamped(rate, MAX_SAMPLING_RATE, f"{name}.sampling_rate", notes)
+        if cut is not rate:
+            part.sampling_rate = cut
+        for attr in _SIDE_ATTRS:
+            size = getattr(part, attr, None)
+            if size is None or isinstance(size, (str, bool)):
+                continue
+            if isinstance(size, (int, float)):
+                cut = clamped(size, MAX_INPUT_SIDE, f"{name}.{attr}", notes)
+                if cut is not size:
+                    setattr(part, attr, cut)
+                continue
+            for key in (*_SIDE_KEYS, "min_pixels", "max_pixels"):
+                value = size.get(key) if isinstance(size, dict) else getattr(size, key, None)
+                limit = MAX_INPUT_SIDE
+                if key in ("min_pixels", "max_pixels") or (pixels and key in ("shortest_edge", "longest_edge")):
+                    limit = MAX_MIN_PIXELS if key in ("shortest_edge", "min_pixels") else MAX_INPUT_PIXELS
+                cut = clamped(value, limit, f"{name}.{attr}.{key}", notes)
+                if cut is value:
+                    continue
+                if isinstance(size, dict):
+                    size[key] = cut
+                else:
+                    setattr(size, key, cut)
+    if notes:
+        try:
+            proc.fusion_size_notes = notes
+        except AttributeError:
+            pass
+    return notes
