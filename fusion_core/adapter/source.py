@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import AdapterError, ConfigError
 from ..model.checkpoint import TensorInfo, read_header, safe_member
 from ..model.safety import read_json_object
+from .patterns import check_config_patterns, check_name
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -114,6 +115,7 @@ def open_adapter(folder: str | Path) -> AdapterSource:
     for name, v in (("r", r0), ("lora_alpha", a0)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise AdapterError(f"{cfg_path}: {name} is {str(v)[:40]!r}, not a positive number")
+    check_config_patterns(config, str(cfg_path))  # before PEFT or we match anything with them
     ranks = _pattern(config, "rank_pattern", cfg_path)
     alphas = _pattern(config, "alpha_pattern", cfg_path)
     rslora = bool(config.get("use_rslora"))
@@ -130,6 +132,7 @@ def open_adapter(folder: str | Path) -> AdapterSource:
         name, suffix = rest[:cut], rest[cut + 1 :]
         mod = modules.get(name)
         if mod is None:
+            check_name(name, str(root / WEIGHTS))
             r = ranks.get(get_pattern_key(list(ranks), name), r0)
             a = alphas.get(get_pattern_key(list(alphas), name), a0)
             mod = modules[name] = LoraModule(name, int(r), a, scale_of(a, int(r), rslora))

@@ -276,3 +276,69 @@ def test_ordinary_audio_still_reads(tmp_path: Path) -> None:
 
     soundfile.write(tmp_path / "ok.flac", np.zeros((8000, 2), dtype=np.float32), 8000)
     assert read_audio(str(tmp_path / "ok.flac"), 16000).size() == "1.00 s at 16000 Hz"
+
+
+# --- hole 5: regular expressions from an adapter's config ---------------------------------------
+
+
+def _adapter(folder: Path, names: list[str], **config) -> Path:
+    from _hostile import write_safetensors
+
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8, **config}))
+    header, pos = {}, 0
+    for name in names:
+        for part, shape in (("lora_A", [4, 8]), ("lora_B", [8, 4])):
+            header[f"base_model.model.{name}.{part}.weight"] = {
+                "dtype": "F32",
+                "shape": shape,
+                "data_offsets": [pos, pos + 128],
+            }
+            pos += 128
+    write_safetensors(folder / "adapter_model.safetensors", header, pos)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("rank_pattern", {"(a+)+$": 4}, "repeats a part that repeats"),
+        ("alpha_pattern", {"(.|.)*Z": 4}, "repeats an alternation"),
+        ("target_modules", "(.|.)*Z", "repeats an alternation"),
+        ("exclude_modules", r"(\w+\.)*x", "repeats a part that repeats"),
+        ("target_modules", r".*a.*a.*a.*a", "more than 3 repeated parts"),
+    ],
+)
+def test_adapter_regexes_with_unbounded_match_time_are_refused(
+    llama_dir: Path, tmp_path: Path, key: str, value, says: str
+) -> None:
+    adapter = _adapter(tmp_path / "adapter", ["a" * 48 + "!"], **{key: value})
+    result, _out, err = probe("adapter", str(adapter), str(tmp_path / "out"), "--base", str(llama_dir))
+    assert result["code"] != 0 and result["seconds"] < 30
+    one_line(err, key, says, "refused")
+    assert not (tmp_path / "out").exists()
+
+
+def test_real_adapter_patterns_pass() -> None:
+    from fusion_core.adapter.patterns import check_config_patterns
+
+    check_config_patterns(
+        {
+            "target_modules": r".*decoder.*(SelfAttention|EncDecAttention).*(q|v)$",
+            "rank_pattern": {r"model.layers.\d+.self_attn.(q|k|v)_proj": 8, "model.layers.0.mlp.down_proj": 4},
+            "alpha_pattern": {r"^model.decoder.layers.0.encoder_attn.k_proj": 16},
+            "layers_pattern": ["layers", "h"],
+        },
+        "adapter_config.json",
+    )
+
+
+def test_long_adapter_names_are_refused_before_matching(tmp_path: Path) -> None:
+    from fusion_core.adapter.source import open_adapter
+    from fusion_core.errors import AdapterError
+
+    adapter = _adapter(tmp_path / "adapter", ["a" * 5000], rank_pattern={".*a.*a.*a": 4})
+    t0 = time.perf_counter()
+    with pytest.raises(AdapterError, match="a module name of 5000 characters"):
+        open_adapter(adapter)
+    assert time.perf_counter() - t0 < 5
