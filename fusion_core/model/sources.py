@@ -64,6 +64,7 @@ from .safety import (
     remote_code_files,
     without_remote_code,
 )
+from .side_files import check_processor_files
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -382,6 +383,7 @@ def check_side_files(folder: Path) -> None:
             )
         if name == GENERATION_CONFIG:
             read_json_object(path, limit, ConfigError)
+    check_processor_files(folder)  # files configs name, templates, classes, vocabulary counts (issue 32)
 
 
 def _from_folder(spec: str, folder: Path, trust: bool, model_class: str | None) -> ModelSource:

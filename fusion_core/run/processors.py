@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..families._sample_inputs import config_value
 from ..model.limits import MAX_INPUT_PIXELS, MAX_INPUT_SIDE, MAX_MIN_PIXELS, MAX_SAMPLING_RATE, clamped
+from ..model.side_files import pinned_side_files
 from ..model.tokenizer import special_tokens, synthetic_tokenizer
 
 __all__ = [
@@ -179,7 +180,8 @@ def processor_from_config(config: Any, folder: Path | None = None) -> tuple[Any,
             from transformers import AutoFeatureExtractor, AutoImageProcessor
 
             auto = AutoImageProcessor if attr == "image_processor" else AutoFeatureExtractor
-            parts[attr] = auto.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+            with pinned_side_files(folder) as pinned:
+                parts[attr] = auto.from_pretrained(str(pinned), trust_remote_code=False, local_files_only=True)
             loaded.append(attr)
         elif attr == "image_processor":
             parts[attr] = _image_processor(model_type, config)
@@ -263,7 +265,8 @@ def tokenizer_for(folder: Path | None, config: Any) -> tuple[Any, str]:
     if folder_has(folder, TOKENIZER_FILES):
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+        with pinned_side_files(folder) as pinned:  # the files checked, and no other (issue 32)
+            tok = AutoTokenizer.from_pretrained(str(pinned), trust_remote_code=False, local_files_only=True)
         return tok, "the checkpoint's own tokenizer"
     return synthetic_tokenizer(config), "a tokenizer made from the config (characters and its special tokens)"
 
@@ -281,7 +284,8 @@ def processor_for(folder: Path | None, config: Any) -> tuple[Any, str]:
         from transformers import AutoProcessor
 
         try:
-            proc = AutoProcessor.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+            with pinned_side_files(folder) as pinned:  # the files checked, and no other (issue 32)
+                proc = AutoProcessor.from_pretrained(str(pinned), trust_remote_code=False, local_files_only=True)
         except ImportError:  # a video processor that needs torchvision: the other parts from the files
             return processor_from_config(config, folder)
         bound_sizes(proc)
@@ -296,7 +300,8 @@ def image_processor_for(folder: Path | None, config: Any) -> Any:
     if folder_has(folder, ("preprocessor_config.json",)):
         from transformers import AutoImageProcessor
 
-        image_proc = AutoImageProcessor.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+        with pinned_side_files(folder) as pinned:
+            image_proc = AutoImageProcessor.from_pretrained(str(pinned), trust_remote_code=False, local_files_only=True)
         bound_sizes(image_proc)
         return image_proc
     return _image_processor(_model_type(config), config)

@@ -342,3 +342,92 @@ def test_long_adapter_names_are_refused_before_matching(tmp_path: Path) -> None:
     with pytest.raises(AdapterError, match="a module name of 5000 characters"):
         open_adapter(adapter)
     assert time.perf_counter() - t0 < 5
+
+
+# --- hole 3: every file a processor or tokenizer load reads -------------------------------------
+
+
+def _sparse(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(size)  # no disk used
+    return path
+
+
+def test_fast_tokenizer_files_are_size_limited(llava_with_processor: Path, tmp_path: Path) -> None:
+    folder = _copy(llava_with_processor, tmp_path / "fast")
+    _edit_json(folder / "tokenizer_config.json", fast_tokenizer_files=["tokenizer.0.json"])
+    _sparse(folder / "tokenizer.0.json", 6 * 2**30)
+    result, _out, err = probe("tree", str(folder))
+    assert result["code"] == 1
+    one_line(err, "tokenizer.0.json", "byte limit", "refused")
+
+
+def test_fast_tokenizer_files_outside_the_folder_are_refused(llava_with_processor: Path, tmp_path: Path) -> None:
+    folder = _copy(llava_with_processor, tmp_path / "model")
+    outside = tmp_path / "outside_tok" / "tokenizer.1.json"
+    outside.parent.mkdir()
+    shutil.copy(folder / "tokenizer.json", outside)
+    _edit_json(folder / "tokenizer_config.json", fast_tokenizer_files=["../outside_tok/tokenizer.1.json"])
+    result, _out, err = probe("tree", str(folder))
+    assert result["code"] == 1
+    one_line(err, "fast_tokenizer_files", "not a file of this folder")
+
+
+def test_chat_templates_folder_is_size_limited(llava_with_processor: Path, tmp_path: Path) -> None:
+    folder = _copy(llava_with_processor, tmp_path / "templates")
+    _sparse(folder / "additional_chat_templates" / "big.jinja", 4 * 2**30)
+    result, _out, err = probe("tree", str(folder))
+    assert result["code"] == 1
+    one_line(err, "big.jinja", "byte limit")
+
+
+def test_processor_class_naming_a_model_is_refused(llava_with_processor: Path, tmp_path: Path) -> None:
+    folder = _copy(llava_with_processor, tmp_path / "cls")
+    _edit_json(folder / "processor_config.json", processor_class="LlavaForConditionalGeneration")
+    result, _out, err = probe("tree", str(folder))
+    assert result["code"] == 1
+    one_line(err, "processor_class", "LlavaForConditionalGeneration", "not a processor or tokenizer class")
+
+
+def test_tokenizer_vocabulary_count_is_bounded_before_parsing(llava_with_processor: Path, tmp_path: Path) -> None:
+    """6.5 M vocabulary entries in 60 MB (under the byte limit): counted from the bytes, refused unparsed."""
+    from fusion_core.model.side_files import MAX_TOKENIZER_STRINGS
+
+    folder = _copy(llava_with_processor, tmp_path / "vocab")
+    entries = 6_500_000
+    assert entries > MAX_TOKENIZER_STRINGS
+    with open(folder / "tokenizer.json", "wb") as f:
+        f.write(b'{"model": {"type": "WordLevel", "unk_token": "0", "vocab": {')
+        f.write(b",".join(b'"%x":%d' % (i, i) for i in range(entries)))
+        f.write(b"}}}")
+    result, _out, err = probe("tree", str(folder))
+    assert result["code"] == 1
+    one_line(err, "tokenizer.json", "strings", "refused before parsing")
+
+
+def test_added_token_count_is_bounded_before_parsing(llava_with_processor: Path, tmp_path: Path) -> None:
+    from fusion_core.model.side_files import MAX_ADDED_TOKENS
+
+    folder = _copy(llava_with_processor, tmp_path / "added")
+    data = json.loads((folder / "tokenizer.json").read_text())
+    data["added_tokens"] = [{"id": 200 + i, "content": f"<t{i}>", "special": True} for i in range(MAX_ADDED_TOKENS + 1)]
+    (folder / "tokenizer.json").write_text(json.dumps(data))
+    result, _out, err = probe("tree", str(folder))
+    assert result["code"] == 1
+    one_line(err, "tokenizer.json", f"{MAX_ADDED_TOKENS + 1:,} added tokens")
+
+
+def test_processor_loads_from_the_pinned_files_only(llava_with_processor: Path, tmp_path: Path) -> None:
+    """The folder's processor still loads; a file beside it that no name allows is not there to read."""
+    from transformers import AutoConfig
+
+    from fusion_core.model.side_files import pinned_side_files
+    from fusion_core.run.processors import processor_for
+
+    folder = _copy(llava_with_processor, tmp_path / "ok")
+    (folder / "stray.json").write_text("{}")
+    with pinned_side_files(folder) as pinned:
+        assert not (pinned / "stray.json").exists() and (pinned / "tokenizer.json").is_file()
+    proc, where = processor_for(folder, AutoConfig.from_pretrained(folder))
+    assert type(proc).__name__ == "LlavaProcessor", where
