@@ -2,7 +2,10 @@
 
 Names that reach a terminal (file names, tensor keys, module paths) come from untrusted
 model folders: :func:`printable` escapes control characters so that they cannot move the
-cursor, recolour the terminal or hide text.
+cursor, recolour the terminal or hide text; bidirectional controls (U+202A-U+202E,
+U+2066-U+2069, and the marks U+200E, U+200F, U+061C), which make a name display reordered;
+and noncharacters (U+FFFE, U+FFFF, U+FDD0-U+FDEF and the last two of every plane), which
+are not allowed in XML, so one in a name would make an SVG invalid (issue 32).
 """
 
 from __future__ import annotations
@@ -11,11 +14,17 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_NONCHARACTERS = "".join(f"{chr(plane * 0x10000 + 0xFFFE)}{chr(plane * 0x10000 + 0xFFFF)}" for plane in range(17))
+_CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff"  # controls, line separators, lone surrogates
+    "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidirectional marks, embeddings, overrides, isolates
+    f"\ufdd0-\ufdef{_NONCHARACTERS}]"  # noncharacters (not allowed in XML)
+)
 
 
 def printable(text: str) -> str:
-    """``text`` with control characters, line separators and lone surrogates escaped (``\\x1b`` etc.)."""
+    """``text`` with control characters, line separators, lone surrogates, bidirectional controls and
+    noncharacters escaped (``\\x1b``, ``\\u202e``, ``\\uffff``...)."""
     return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape", "backslashreplace").decode("ascii"), text)
 
 

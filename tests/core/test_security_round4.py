@@ -431,3 +431,48 @@ def test_processor_loads_from_the_pinned_files_only(llava_with_processor: Path, 
         assert not (pinned / "stray.json").exists() and (pinned / "tokenizer.json").is_file()
     proc, where = processor_for(folder, AutoConfig.from_pretrained(folder))
     assert type(proc).__name__ == "LlavaProcessor", where
+
+
+# --- hole 9: noncharacters and bidirectional controls ---------------------------------------------
+
+_HOSTILE = "evil\u202egpj.exe\ufffe\uffff\u2066x\u2069"
+
+
+def test_printable_escapes_noncharacters_and_bidi_controls() -> None:
+    from fusion_core.text import printable, table
+
+    shown = printable(_HOSTILE + "\u200f\U0001fffe\ufdd0")
+    assert shown == "evil\\u202egpj.exe\\ufffe\\uffff\\u2066x\\u2069\\u200f\\U0001fffe\\ufdd0"
+    assert printable("model.layers.0 — ünïcode ok") == "model.layers.0 — ünïcode ok"
+    assert "\u202e" not in table([[_HOSTILE]], ["name"])
+
+
+def test_svg_and_text_of_a_hostile_module_name_are_valid_and_escaped(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    from torch import nn
+
+    from fusion_core.model.tree import module_tree
+    from fusion_core.report.tree_image import tree_rows, tree_svg, tree_text
+
+    model = nn.Module()
+    model.add_module(_HOSTILE.replace(".", "_"), nn.Linear(2, 2))
+    rows = tree_rows(module_tree(model))
+    svg = tree_svg(rows, title=_HOSTILE, subtitle=_HOSTILE)
+    ET.fromstring(svg)  # well-formed XML: a browser shows the image
+    text = tree_text(rows)
+    for shown in (svg, text):
+        assert not any(c in shown for c in "\u202e\ufffe\uffff\u2066\u2069"), shown
+        assert "evil\\u202egpj" in shown
+
+
+def test_cli_prints_a_hostile_folder_name_escaped(llama_dir: Path, tmp_path: Path, capsys) -> None:
+    from fusion_core.cli.main import main
+
+    folder = _copy(llama_dir, tmp_path / _HOSTILE)
+    assert main(["tree", str(folder), "--depth", "1", "--svg", str(tmp_path / "t.svg")]) == 0
+    out, err = capsys.readouterr()
+    assert "\u202e" not in out + err and "\ufffe" not in out + err
+    import xml.etree.ElementTree as ET
+
+    ET.parse(tmp_path / "t.svg")
