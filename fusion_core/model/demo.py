@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,10 +194,23 @@ def demo_path(name: str) -> Path:
         raise ModelSourceError(f"unknown demo {name!r}; demos: {', '.join(sorted(DEMOS))}")
     import transformers
 
-    folder = cache_root() / "demos" / f"{name}-v{DEMO_VERSION}-tf{transformers.__version__}"
-    if (folder / "config.json").is_file():
+    demos = _own_demos_folder()
+    folder = demos / f"{name}-v{DEMO_VERSION}-tf{transformers.__version__}"
+    if (folder / "config.json").is_file() and _not_ours(folder) is None:
         return folder
     with _lock:
+        why = _not_ours(folder) if os.path.lexists(folder) else None
+        if why is not None:  # planted by another user, or open to them: set aside, made again
+            DEMO_NOTES[name] = f"the cached demo {folder} was not used ({why}); it was generated again"
+            aside = folder.with_name(f".{folder.name}-untrusted-{os.getpid()}-{time.monotonic_ns()}")
+            try:
+                os.rename(folder, aside)
+            except OSError as e:
+                raise ModelSourceError(
+                    f"demo {name!r}: {folder} is not yours ({why}) and cannot be moved aside ({e.strerror or e}); "
+                    "set FUSION_INSPECTOR_CACHE to a folder of your own"
+                ) from None
+            shutil.rmtree(aside, ignore_errors=True)
         if not (folder / "config.json").is_file():
             try:
                 _generate(demo, folder)
@@ -205,6 +220,65 @@ def demo_path(name: str) -> Path:
                     "set FUSION_INSPECTOR_CACHE to a writable folder"
                 ) from e
     return folder
+
+
+#: what :func:`demo_path` said about a cached demo it did not trust, by demo name (a source's note)
+DEMO_NOTES: dict[str, str] = {}
+
+
+def _not_ours(folder: Path) -> str | None:
+    """Why a cached demo folder cannot be trusted (a link, another user's, writable by others), or None.
+
+    A shared ``FUSION_INSPECTOR_CACHE`` is writable by others: a demo another user put there
+    must not be opened as ours (issue 32). Checked without following links: the folder and
+    each of its entries.
+    """
+    if not hasattr(os, "getuid"):  # Windows: the cache is in the user's own profile
+        return None
+    uid = os.getuid()
+    try:
+        paths = [folder, *sorted(folder.iterdir())] if not folder.is_symlink() else [folder]
+        for path in paths:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                return f"{path.name} is a link"
+            if st.st_uid != uid:
+                return f"{path.name} belongs to another user (uid {st.st_uid})"
+            if st.st_mode & 0o022:
+                return f"{path.name} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    except OSError as e:
+        return f"it cannot be checked ({e.strerror or e})"
+    return None
+
+
+def _own_demos_folder() -> Path:
+    """``<cache>/demos``, made ours: created, or kept only when it is our own folder that others cannot write.
+
+    Others' write access is removed from a folder of ours; a folder of another user (a
+    shared cache) is not used: ``<cache>/demos-<uid>`` is, with the same checks.
+    """
+    root = cache_root()
+    demos = root / "demos"
+    if not hasattr(os, "getuid"):
+        return demos
+    uid = os.getuid()
+    for candidate in (demos, root / f"demos-{uid}"):
+        try:
+            candidate.mkdir(parents=True, exist_ok=True)
+            st = os.lstat(candidate)
+        except OSError:
+            return demos  # not writable: demo_path says so when it generates
+        if stat.S_ISLNK(st.st_mode) or st.st_uid != uid:
+            continue
+        if st.st_mode & 0o022:
+            try:
+                os.chmod(candidate, stat.S_IMODE(st.st_mode) & ~0o022)
+            except OSError:
+                continue
+        return candidate
+    raise ModelSourceError(
+        f"{root}: its demos folders belong to another user; set FUSION_INSPECTOR_CACHE to a folder of your own"
+    )
 
 
 def _generate(demo: Demo, folder: Path) -> None:
@@ -227,6 +301,9 @@ def _generate(demo: Demo, folder: Path) -> None:
         model.save_pretrained(tmp)
         if demo.processor is not None:
             demo.processor(config, tmp)
+        for path in tmp.iterdir():  # never writable by others, whatever the umask (see _not_ours)
+            os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o022)
+        os.chmod(tmp, 0o755)
         try:
             os.replace(tmp, folder)
         except OSError:

@@ -144,10 +144,13 @@ def resolve(spec: str, *, trust_remote_code: bool = False, model_class: str | No
     if spec.startswith("arch:"):
         return _from_arch(spec, spec[len("arch:") :].strip(), model_class)
     if spec.startswith("demo:"):
-        from .demo import demo_path
+        from .demo import DEMO_NOTES, demo_path
 
-        folder = demo_path(spec[len("demo:") :].strip())
+        name = spec[len("demo:") :].strip()
+        folder = demo_path(name)
         source = _from_folder(spec, folder, trust_remote_code, model_class)
+        if name in DEMO_NOTES:  # a planted or shared cache entry was replaced (issue 32)
+            source.notes.append(DEMO_NOTES[name])
         source.kind = "demo"
         source.name = spec
         return source
