@@ -133,7 +133,9 @@ def check_destination(source_folder: Path, out_dir: str | os.PathLike[str], *, o
                 "overwrite",
             )
         replaces = bool(names)
-    return Destination(out, replaces, exists, notes)
+    # from here on the destination is its resolved path, checked above: a link among its parents
+    # that is flipped to the source during the export is no longer on the way (issue 32)
+    return Destination(real.parent / out.name, replaces, exists, notes)
 
 
 def _refuse_precious(out: Path, real: Path, src: Path) -> None:

@@ -7,6 +7,10 @@ An export is written into a hidden sibling of the destination named
   folder is removed), and an ``atexit`` hook removes any temp folder still registered;
 * a kill -9 cannot be caught: the next export to the same destination finds the
   leftovers of a dead process (the PID in their names), removes them and says so;
+* the temp folder is made, and moved into place, through one descriptor of the parent
+  folder opened when the temp folder is made; the parent's identity (device, inode) is
+  checked again before the move, so a parent swapped during the export (a link flipped to
+  the source) is never written into (issue 32);
 * ``--overwrite`` exchanges the new folder and the old one in one step with
   ``renameat2(RENAME_EXCHANGE)`` on Linux. Elsewhere (or when the file system refuses)
   it takes two renames, recorded first in a journal, so that the next export can restore
@@ -42,6 +46,7 @@ _NO_EXCHANGE_ENV = "_FUSION_EXPORT_NO_EXCHANGE"
 _SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 _live: set[Path] = set()
+_parents: dict[Path, int] = {}  # temp folder -> a descriptor of its parent, opened once
 _previous: dict[int, Any] = {}
 _lock = threading.Lock()
 
@@ -146,17 +151,65 @@ def make_temp_sibling(dest: Path) -> Path:
     Raises:
         ExportError: the parent folder is not writable.
     """
+    parent_fd = _open_parent(dest)
     for _ in range(100):
         tmp = _name(dest, "tmp")
         try:
-            tmp.mkdir(mode=0o777)  # honours the umask, unlike mkdtemp's 0700
+            if parent_fd is None:
+                tmp.mkdir(mode=0o777)  # honours the umask, unlike mkdtemp's 0700
+            else:
+                os.mkdir(tmp.name, mode=0o777, dir_fd=parent_fd)
         except FileExistsError:
             continue
         except OSError as e:
+            if parent_fd is not None:
+                os.close(parent_fd)
             raise ExportError(f"{dest}: cannot write into {dest.parent} ({e.strerror or e})") from None
+        if parent_fd is not None:
+            _parents[tmp] = parent_fd
         _register(tmp)
         return tmp
+    if parent_fd is not None:
+        os.close(parent_fd)
     raise ExportError(f"{dest}: cannot create a temporary folder in {dest.parent}")
+
+
+def _open_parent(dest: Path) -> int | None:
+    """A descriptor of ``dest``'s parent folder (``None`` where folders cannot be opened: Windows)."""
+    if os.name != "posix":
+        return None
+    try:
+        fd = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ExportError(f"{dest}: cannot open its folder {dest.parent} ({e.strerror or e})") from None
+    return fd
+
+
+def _same_parent(tmp: Path, path: Path) -> int | None:
+    """The descriptor of ``tmp``'s parent, after checking that ``path``'s parent is still that folder.
+
+    Raises:
+        ExportError: the parent folder was replaced (or moved) since the export began.
+    """
+    fd = _parents.get(tmp)
+    if fd is None:
+        return None
+    try:
+        same = os.path.samestat(os.fstat(fd), os.stat(path.parent))
+    except OSError:
+        same = False
+    if not same or path.parent != tmp.parent:
+        raise ExportError(
+            f"{path}: its folder {path.parent} was replaced during the export (a link or a folder swapped); "
+            "nothing was moved there. Export again to a folder nobody else changes"
+        )
+    return fd
+
+
+def _forget_parent(tmp: Path) -> None:
+    fd = _parents.pop(tmp, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def _on_signal(signum: int, frame: Any) -> None:
@@ -194,6 +247,7 @@ def _remove_live() -> None:
 def remove_tree(folder: Path) -> None:
     """Remove a temp folder of ours (and forget it)."""
     shutil.rmtree(folder, ignore_errors=True)
+    _forget_parent(folder)
     _unregister(folder)
 
 
@@ -211,8 +265,8 @@ def sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap ``a`` and ``b`` atomically (Linux ``renameat2``); ``False`` when not available."""
+def _exchange(a: Path, b: Path, dir_fd: int | None = None) -> bool:
+    """Swap ``a`` and ``b`` atomically (Linux ``renameat2``, by name in ``dir_fd`` when given); ``False`` when not available."""
     if not sys.platform.startswith("linux") or os.environ.get(_NO_EXCHANGE_ENV):
         return False
     try:
@@ -220,7 +274,9 @@ def _exchange(a: Path, b: Path) -> bool:
     except (OSError, AttributeError):
         return False
     at_fdcwd, rename_exchange = -100, 2
-    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+    where = at_fdcwd if dir_fd is None else dir_fd
+    names = (a, b) if dir_fd is None else (a.name, b.name)
+    if fn(where, os.fsencode(names[0]), where, os.fsencode(names[1]), rename_exchange) == 0:
         return True
     err = ctypes.get_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
@@ -249,18 +305,25 @@ def move_into_place(tmp: Path, path: Path, replaces: bool) -> None:
     """
     sync_folder(tmp)
     fault_point("before-swap")
-    with _SignalsHeld():
-        if not replaces:
-            _move_new(tmp, path)
-        else:
-            _swap(tmp, path)
-        sync_folder(path.parent)
+    try:
+        with _SignalsHeld():
+            dir_fd = _same_parent(tmp, path)
+            if not replaces:
+                _move_new(tmp, path, dir_fd)
+            else:
+                _swap(tmp, path, dir_fd)
+            sync_folder(path.parent)
+    finally:
+        _forget_parent(tmp)
     _unregister(tmp)
 
 
-def _move_new(tmp: Path, path: Path) -> None:
+def _move_new(tmp: Path, path: Path, dir_fd: int | None = None) -> None:
     try:
         try:
+            if dir_fd is not None:  # by name, in the parent opened when the export began
+                os.rename(tmp.name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                return
             os.rename(tmp, path)  # POSIX: atomically replaces an empty folder
         except OSError as e:
             if not os.path.isdir(path) or e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EACCES):
@@ -271,9 +334,9 @@ def _move_new(tmp: Path, path: Path) -> None:
         raise ExportError(f"{path}: cannot move the export into place ({e.strerror or e})") from None
 
 
-def _swap(tmp: Path, path: Path) -> None:
+def _swap(tmp: Path, path: Path, dir_fd: int | None = None) -> None:
     try:
-        exchanged = _exchange(tmp, path)
+        exchanged = _exchange(tmp, path, dir_fd)
     except OSError as e:
         raise ExportError(f"{path}: cannot swap the export into place ({e.strerror or e}); kept the old one") from None
     if exchanged:  # tmp now holds the old folder

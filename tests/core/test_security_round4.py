@@ -521,3 +521,43 @@ def test_demo_of_another_user_is_not_trusted(tmp_path: Path) -> None:
         (folder / "link.json").unlink()
         os.chown(folder / "config.json", 12345, 12345)
         assert "belongs to another user (uid 12345)" in (_not_ours(folder) or "")
+
+
+# --- hole 7: the export's parent swapped during the export ----------------------------------------
+
+
+def test_a_parent_link_flipped_to_the_source_is_never_written_into(llama_dir: Path, tmp_path: Path) -> None:
+    """The race of the issue made deterministic: the link flips between the check and each later step."""
+    from fusion_core.export.files import check_destination, move_into_place
+    from fusion_core.export.staging import make_temp_sibling
+
+    src = _copy(llama_dir, tmp_path / "src")
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    dest = check_destination(src, link / "out", overwrite=False)
+    assert dest.path == real.resolve() / "out"  # the checked, resolved folder from here on
+    link.unlink()
+    link.symlink_to(src)  # flipped to the source
+    tmp = make_temp_sibling(dest.path)
+    (tmp / "config.json").write_text("{}")
+    link.unlink()
+    link.symlink_to(real)
+    move_into_place(tmp, dest)
+    assert sorted(p.name for p in src.iterdir()) == sorted(p.name for p in llama_dir.iterdir())
+    assert (real / "out" / "config.json").is_file()
+
+
+def test_a_parent_folder_replaced_during_the_export_is_refused(tmp_path: Path) -> None:
+    from fusion_core.errors import ExportError
+    from fusion_core.export.staging import make_temp_sibling, move_into_place
+
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    tmp = make_temp_sibling(parent / "out")
+    parent.rename(tmp_path / "moved")  # the folder the export began in, moved away...
+    parent.mkdir()  # ...and another one put in its place
+    with pytest.raises(ExportError, match="was replaced during the export"):
+        move_into_place(tmp, parent / "out", False)
+    assert list(parent.iterdir()) == []
