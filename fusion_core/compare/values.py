@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 # in a memory map instead measured no faster here, its page faults cost what the copy saves).
 CHUNK_BYTES = 1 << 20
 PROGRESS_BYTES = 16 << 20  # a progress step (and a chance to cancel) at least this often
+MAX_SPARSE_GAP = 1 << 30  # declared bytes beyond the allocated ones a shard may have (see _Files.check_allocated)
+SPARSE_RATIO = 4
 #: (atol, rtol) by safetensors dtype: torch.testing's defaults; integers and bools exact
 DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
     "F64": (1e-7, 1e-7),
@@ -86,6 +88,30 @@ class _Files:
             self.stack.callback(os.close, fd)
             self._fds[name] = fd
         return fd
+
+    def check_allocated(self) -> None:
+        """Refuse a shard that declares far more bytes than it holds on disk (a sparse file), before reading.
+
+        Reading a sparse file's holes costs the time of their declared size (10^12 bytes: half
+        an hour) for zeros nobody wrote (issue 32). Compressed file systems hold less than
+        they declare too, so only a gap over :data:`MAX_SPARSE_GAP` of more than
+        :data:`SPARSE_RATIO` times the allocated bytes is refused.
+
+        Raises:
+            CheckpointError: naming the file, its declared and its allocated bytes.
+        """
+        for name in sorted({info.file for info in self.index.tensors.values()}):
+            st = os.fstat(self.fd(name))
+            blocks = getattr(st, "st_blocks", None)
+            if blocks is None:  # Windows: no allocation to compare with
+                return
+            held = blocks * 512
+            if st.st_size - held > MAX_SPARSE_GAP and st.st_size > SPARSE_RATIO * held:
+                raise CheckpointError(
+                    f"{self.index.folder / name}: declares {st.st_size:,} bytes but holds {held:,} on disk (a sparse "
+                    "file: its holes read as zeros, at the speed of the disk); values not compared, refused before "
+                    "reading. Compare without --values, or a real copy of the file"
+                )
 
     def read_into(self, info: TensorInfo, offset: int, out: memoryview) -> None:
         """Fill ``out`` with the tensor's bytes from ``offset`` on (``preadv``: no copy, no allocation)."""
@@ -296,6 +322,8 @@ def iter_values(
     done = 0
     with ExitStack() as stack:
         fa, fb = _Files(ia, stack), _Files(ib, stack)
+        for files in (fa, fb):
+            files.check_allocated()
         buffers = _Buffers()
         yield Progress(0, total, "values")
         shown = 0

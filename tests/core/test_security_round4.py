@@ -561,3 +561,26 @@ def test_a_parent_folder_replaced_during_the_export_is_refused(tmp_path: Path) -
     with pytest.raises(ExportError, match="was replaced during the export"):
         move_into_place(tmp, parent / "out", False)
     assert list(parent.iterdir()) == []
+
+
+# --- hole 6: diff --values on sparse files ----------------------------------------------------------
+
+
+def _sparse_checkpoint(folder: Path, config: Path, elements: int) -> Path:
+    """``config`` with a checkpoint of one U8 tensor of ``elements`` values, all a hole (no disk used)."""
+    folder.mkdir()
+    shutil.copy(config, folder / "config.json")
+    header = json.dumps({"big": {"dtype": "U8", "shape": [elements], "data_offsets": [0, elements]}}).encode()
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + elements)
+    return folder
+
+
+def test_diff_values_of_sparse_files_is_refused_up_front(llama_dir: Path, tmp_path: Path) -> None:
+    elements = 10**12  # the issue's tensor: 26 minutes of zeros to read
+    a = _sparse_checkpoint(tmp_path / "a", llama_dir / "config.json", elements)
+    b = _sparse_checkpoint(tmp_path / "b", llama_dir / "config.json", elements)
+    result, _out, err = probe("diff", str(a), str(b), "--values")
+    assert result["code"] != 0 and result["seconds"] < 30
+    one_line(err, "model.safetensors", "sparse file", "refused before reading")
