@@ -43,6 +43,7 @@ def probe(*argv: str) -> tuple[dict, str, str]:
     lines = done.stdout.strip().splitlines()
     assert lines, done.stderr[-2000:]
     result = json.loads(lines[-1])
+    print(f"bound: {argv[0]}: {result['seconds']:.1f} s, {result['grown'] / 1e6:.0f} MB grown")  # shown with -s
     assert result["grown"] <= 2e9, result
     assert result["seconds"] <= 60, result
     return result, "\n".join(lines[:-1]), done.stderr
@@ -91,32 +92,35 @@ def _edit_json(path: Path, **changes) -> None:
 # --- hole 1: the folder's chat template ------------------------------------------------------
 
 
-def test_chat_template_bomb_is_never_rendered(llava_with_processor: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ 'x' * 6000000000 }}",  # 6 GB of output in one step
+        "{% for i in range(100000) %}" * 3 + "x" + "{% endfor %}" * 3,  # 10^15 steps
+    ],
+    ids=["six-gigabytes", "nested-loops"],
+)
+def test_chat_template_bombs_are_never_rendered(llava_with_processor: Path, tmp_path: Path, template: str) -> None:
+    """The prompt is built by us from the processor's placeholder tokens; the folder's template never runs."""
     folder = _copy(llava_with_processor, tmp_path / "template")
-    (folder / "chat_template.jinja").write_text("{{ 'x' * 6000000000 }}")
+    (folder / "chat_template.jinja").write_text(template)
     result, out, err = probe("check", str(folder), "--no-upstream", "--fusion", "patch_embeddings_2d")
     assert result["code"] == 0, err
-    assert "PASSED" in out
+    assert "PASSED" in out and "MemoryError" not in out + err
 
 
-def test_nested_loop_template_is_never_rendered(llava_with_processor: Path, tmp_path: Path) -> None:
-    """The prompt is built by us from the processor's placeholder tokens, not by the template."""
+def test_prompt_is_built_without_the_template(llava_with_processor: Path) -> None:
     from transformers import AutoProcessor
 
     from fusion_core.boundary.options import Workload
     from fusion_core.run.media import synthetic_image
     from fusion_core.run.modal import _processed
 
-    folder = _copy(llava_with_processor, tmp_path / "loops")
-    loop = "{% for i in range(100000) %}"
-    (folder / "chat_template.jinja").write_text(loop * 3 + "x" + "{% endfor %}" * 3)
-    proc = AutoProcessor.from_pretrained(str(folder), local_files_only=True)
-    assert proc.chat_template  # loaded, and never run
-    t0 = time.perf_counter()
+    proc = AutoProcessor.from_pretrained(str(llava_with_processor), local_files_only=True)
+    proc.chat_template = "{{ raise_exception('the folder template ran') }}"
     made = _processed(
         proc, synthetic_image(28, 28, 0), "abc", {"input_ids": None, "pixel_values": None}, None, Workload(), "", "x"
     )
-    assert time.perf_counter() - t0 < 10
     assert made.kwargs["input_ids"].shape[-1] < 1000
 
 
