@@ -106,6 +106,7 @@ def _image_processor(model_type: str, config: Any) -> Any:
     side = config_value(config, "image_size")
     side = int(side[0] if isinstance(side, (list, tuple)) else side) if side else None
     if side:
+        side = min(side, MAX_INPUT_SIDE)  # a config's size, bounded (issue 32)
         max_size = getattr(default, "max_image_size", None)
         scale = 1.0
         if isinstance(max_size, dict) and max_size.get("longest_edge"):  # SmolVLM: tiles of the tower's size
@@ -148,7 +149,7 @@ def _feature_extractor(model_type: str, config: Any) -> Any:
     if positions is not None and "chunk_length" in params:  # mel frames = 2 x positions, hop 160 at 16 kHz
         hop = params["hop_length"].default if "hop_length" in params else 160
         rate = params["sampling_rate"].default if "sampling_rate" in params else 16000
-        kwargs["chunk_length"] = max(1, int(positions) * 2 * int(hop) // int(rate))
+        kwargs["chunk_length"] = min(max(1, int(positions) * 2 * int(hop) // int(rate)), MAX_AUDIO_CHUNK_S)
     return cls(**kwargs)
 
 
@@ -302,11 +303,15 @@ def image_processor_for(folder: Path | None, config: Any) -> Any:
 
         with pinned_side_files(folder) as pinned:
             image_proc = AutoImageProcessor.from_pretrained(str(pinned), trust_remote_code=False, local_files_only=True)
+    else:
+        image_proc = _image_processor(_model_type(config), config)
+    if image_proc is not None:
         bound_sizes(image_proc)
-        return image_proc
-    return _image_processor(_model_type(config), config)
+    return image_proc
 
 
+MAX_AUDIO_CHUNK_S = 600
+MAX_PADDED_SAMPLES = 600 * 16_000  # samples a feature extractor pads a clip to: 10 minutes at 16 kHz
 _SIDE_ATTRS = ("size", "crop_size", "max_image_size", "pad_size")
 _SIDE_KEYS = ("shortest_edge", "longest_edge", "height", "width", "max_height", "max_width")
 
@@ -343,6 +348,15 @@ def bound_sizes(proc: Any) -> list[str]:
         cut = clamped(rate, MAX_SAMPLING_RATE, f"{name}.sampling_rate", notes)
         if cut is not rate:
             part.sampling_rate = cut
+        chunk = getattr(part, "chunk_length", None)  # seconds a feature extractor pads audio to (Whisper: 30)
+        rate = int(getattr(part, "sampling_rate", 16000) or 16000)
+        cut = clamped(chunk, max(1, min(MAX_AUDIO_CHUNK_S, MAX_PADDED_SAMPLES // rate)), f"{name}.chunk_length", notes)
+        if cut is not chunk:
+            part.chunk_length = cut
+            if isinstance(getattr(part, "n_samples", None), int):
+                part.n_samples = cut * rate
+            if isinstance(getattr(part, "nb_max_frames", None), int) and getattr(part, "hop_length", None):
+                part.nb_max_frames = cut * rate // int(part.hop_length)
         for attr in _SIDE_ATTRS:
             size = getattr(part, attr, None)
             if size is None or isinstance(size, (str, bool)):

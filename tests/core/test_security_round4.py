@@ -138,6 +138,15 @@ def test_processor_size_and_config_frames_are_clamped(llava_with_processor: Path
     assert "shortest_edge = 40000 is beyond the 2,048 a check feeds" in out
 
 
+def test_config_image_size_is_clamped_in_a_check(llava_with_processor: Path, tmp_path: Path) -> None:
+    """``image_size: 40000`` beside the vision config: the first one the synthetic inputs find."""
+    folder = _copy(llava_with_processor, tmp_path / "image_size")
+    _edit_json(folder / "config.json", image_size=40000)
+    result, out, err = probe("check", str(folder), "--no-upstream", "--fusion", "patch_embeddings_2d")
+    assert result["code"] == 0, err
+    assert "PASSED" in out and "MemoryError" not in out + err
+
+
 def test_qwen_min_pixels_are_clamped(qwen2_vl_dir: Path, tmp_path: Path) -> None:
     from transformers import AutoConfig
 
@@ -588,3 +597,17 @@ def test_diff_values_of_sparse_files_is_refused_up_front(llama_dir: Path, tmp_pa
     result, _out, err = probe("diff", str(a), str(b), "--values")
     assert result["code"] != 0 and result["seconds"] < 30
     one_line(err, "model.safetensors", "sparse file", "refused before reading")
+
+
+def test_feature_extractor_chunk_length_is_clamped() -> None:
+    """Hole 2 for audio: Whisper pads every clip to ``chunk_length`` seconds; 10^7 s is clamped to 600."""
+    import numpy as np
+    from transformers import WhisperFeatureExtractor
+
+    from fusion_core.run.processors import MAX_AUDIO_CHUNK_S, bound_sizes
+
+    fe = WhisperFeatureExtractor(chunk_length=10**7, sampling_rate=10**9)
+    notes = bound_sizes(fe)
+    assert fe.chunk_length * fe.sampling_rate <= MAX_AUDIO_CHUNK_S * 16_000 and len(notes) == 2
+    out = fe(np.zeros(1600, dtype=np.float32), sampling_rate=fe.sampling_rate, return_tensors="np")
+    assert out["input_features"].nbytes < 100e6
