@@ -18,7 +18,8 @@ the view (:func:`fusion_core.plan.view.cached_view`). An entry is keyed by every
 * the registered family plugins (entry point names, targets and distribution versions).
 
 A cache file is never trusted blindly: it must be a regular file (a link, a pipe or a
-device is removed unread), is read only up to :data:`MAX_BYTES`, must be
+device is removed unread) of this user that others cannot write (a shared cache folder), is
+read only up to :data:`MAX_BYTES`, must be
 JSON of the exact expected structure, version and key, and is removed when it is not.
 """
 
@@ -228,6 +229,9 @@ def _read_entry(path: Path) -> bytes:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise ValueError("not a regular file")
+        if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+            # a shared cache folder: an entry another user wrote, or could rewrite, is not ours (issue 32)
+            raise ValueError("not written by this user, or writable by others")
         if st.st_size > MAX_BYTES:
             raise ValueError(f"{st.st_size:,} bytes, more than {MAX_BYTES:,}")
         return f.read(MAX_BYTES + 1)

@@ -611,3 +611,23 @@ def test_feature_extractor_chunk_length_is_clamped() -> None:
     assert fe.chunk_length * fe.sampling_rate <= MAX_AUDIO_CHUNK_S * 16_000 and len(notes) == 2
     out = fe(np.zeros(1600, dtype=np.float32), sampling_rate=fe.sampling_rate, return_tensors="np")
     assert out["input_features"].nbytes < 100e6
+
+
+def test_an_inspection_cache_entry_others_can_write_is_not_read(llama_dir: Path) -> None:
+    """Hole 8 for the window's cache: a valid entry that another user could have written is removed unread."""
+    import os
+
+    from fusion_core import inspect_model
+    from fusion_core.model import cache
+    from fusion_core.plan.view import cached_view, inspection_data
+
+    spec = str(llama_dir)
+    data = inspection_data(spec, inspect_model(spec))
+    path = cache.save(spec, data)
+    assert path is not None and cached_view(spec) is not None
+    path.chmod(0o666)
+    assert cached_view(spec) is None and not path.exists()
+    path = cache.save(spec, data)
+    if os.getuid() == 0:
+        os.chown(path, 12345, 12345)
+        assert cached_view(spec) is None and not path.exists()
