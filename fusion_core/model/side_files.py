@@ -6,7 +6,9 @@ names (``fast_tokenizer_files``, ``vocab_file``, ``tokenizer_file``), every temp
 controls all of them, so (issue 32):
 
 * :func:`check_processor_files`: at open, every file named by a ``*_file`` / ``*_files``
-  key is a plain name inside the folder, regular and within its size limit; the templates
+  key by a plain name is inside the folder, regular and within its size limit (a path,
+  ``../outside/tokenizer.json`` or an absolute one left by an old save, is left out of
+  every load: :func:`pinned_side_files` writes the config without it); the templates
   folder holds at most :data:`MAX_TEMPLATES` regular files of at most
   :data:`~fusion_core.model.limits.MAX_SMALL_SIDE_FILE` bytes; a class a config names is a
   processor, tokenizer, image processor, feature extractor or video processor (by name),
@@ -19,6 +21,7 @@ controls all of them, so (issue 32):
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -31,7 +34,7 @@ from typing import Any
 from ..errors import CheckpointError, ConfigError, UnsafeModelError, quoted
 from .checkpoint import fd_path, safe_member
 from .limits import MAX_SMALL_SIDE_FILE, MAX_VOCAB_FILE, SMALL_SIDE_FILES, VOCAB_FILES, side_file_limit
-from .safety import MAX_CONFIG_DEPTH, open_regular, read_json_object
+from .safety import MAX_CONFIG_DEPTH, open_regular, read_json_object, strict_json_loads
 
 #: the files a processor or tokenizer load may read, by name (beside those a config names)
 PROCESSOR_SIDE_FILES = tuple(n for n in (*SMALL_SIDE_FILES, *VOCAB_FILES) if n != "adapter_config.json")
@@ -91,10 +94,9 @@ def check_processor_files(folder: Path, strict: bool = False) -> list[str]:
     for name in [n for n in names if n in _JSON_SIDE_FILES]:
         data = read_json_object(_member(folder, name), side_file_limit(name) or MAX_SMALL_SIDE_FILE, ConfigError)
         for key, value in _walk(data):
-            if (
-                key in _CLASS_KEYS
-                and value is not None
-                and not (isinstance(value, str) and _CLASS_NAME.fullmatch(value))
+            classes = value if isinstance(value, list) else [value]
+            if key in _CLASS_KEYS and not all(
+                c is None or (isinstance(c, str) and _CLASS_NAME.fullmatch(c)) for c in classes
             ):
                 raise UnsafeModelError(
                     f"{folder / name}: {key} names {quoted(value, 60)}, not a processor or tokenizer class; refused "
@@ -102,10 +104,10 @@ def check_processor_files(folder: Path, strict: bool = False) -> list[str]:
                 )
             if _FILE_KEY.search(key):
                 for named in value if isinstance(value, list) else [value]:
-                    if isinstance(named, str) and named and named not in names:
-                        _plain_name(folder, name, key, named)
-                        if os.path.lexists(folder / named):
-                            names.append(named)
+                    if _plain(named) and named not in names and os.path.lexists(folder / named):
+                        _member(folder, named)  # a plain name linking out of the folder is refused
+                        names.append(named)
+                    # a path (``../x``, ``/abs``) is left out of the load (:func:`_without_paths`)
     templates = folder / TEMPLATE_FOLDER
     if os.path.lexists(templates):
         _member(folder, TEMPLATE_FOLDER)
@@ -150,17 +152,29 @@ def pinned_side_files(folder: Path) -> Iterator[Path]:
     try:
         with tempfile.TemporaryDirectory(prefix="fusion-side-files-") as tmp:
             for name in names:
+                link = Path(tmp) / name
+                link.parent.mkdir(parents=True, exist_ok=True)
                 with open_regular(_member(folder, name), ConfigError) as (f, size):
                     if size > _limit(name):
                         raise ConfigError(f"{folder / name}: larger than the {_limit(name):,} byte limit; refused")
+                    if name in _JSON_SIDE_FILES:  # read once here; written without paths to other files
+                        data, dropped = _without_paths(_json(f.read(size + 1), folder / name))
+                        if dropped:
+                            link.write_text(json.dumps(data), encoding="utf-8")
+                            continue
                     fds.append(os.dup(f.fileno()))
-                link = Path(tmp) / name
-                link.parent.mkdir(parents=True, exist_ok=True)
                 os.symlink(fd_path(fds[-1]), link)
             yield Path(tmp)
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _json(raw: bytes, path: Path) -> Any:
+    try:
+        return strict_json_loads(raw)
+    except (ValueError, RecursionError):
+        raise ConfigError(f"{path}: not valid JSON (changed since it was opened?)") from None
 
 
 def _limit(name: str) -> int:
@@ -195,14 +209,42 @@ def _inside(folder: Path, name: str) -> bool:
     return True
 
 
-def _plain_name(folder: Path, where: str, key: str, named: str) -> None:
-    """A file a config names must be a plain name in the folder (no ``/``, no ``..``)."""
-    if "/" in named or "\\" in named or named in (".", "..") or any(ord(c) < 32 for c in named):
-        raise UnsafeModelError(
-            f"{folder / where}: {key} names {quoted(named, 80)}, not a file of this folder; refused "
-            "(transformers would read it from wherever it points)"
-        )
-    _member(folder, named)
+def _plain(named: Any) -> bool:
+    """A plain file name of the folder (no ``/``, ``\\``, ``..``, controls)."""
+    return (
+        isinstance(named, str)
+        and bool(named)
+        and not ("/" in named or "\\" in named or named in (".", "..") or any(ord(c) < 32 for c in named))
+    )
+
+
+def _without_paths(data: Any, level: int = 0) -> tuple[Any, list[str]]:
+    """``data`` without the values of ``*_file(s)`` keys that are paths, and those values.
+
+    transformers reads a file a tokenizer config names (``fast_tokenizer_files``,
+    ``tokenizer_file``) from wherever it points: ``../outside/tokenizer.json`` or an
+    absolute path left by an old save. A load sees the config without them and reads the
+    folder's own files.
+    """
+    if level > MAX_CONFIG_DEPTH or not isinstance(data, dict):
+        return data, []
+    out: dict[str, Any] = {}
+    dropped: list[str] = []
+    for key, value in data.items():
+        if _FILE_KEY.search(str(key)):
+            items = value if isinstance(value, list) else [value]
+            paths = [v for v in items if isinstance(v, str) and v and not _plain(v)]
+            if paths:
+                dropped += paths
+                kept = [v for v in items if v not in paths]
+                if isinstance(value, list):
+                    out[key] = kept
+                continue
+        if isinstance(value, dict):
+            value, more = _without_paths(value, level + 1)
+            dropped += more
+        out[key] = value
+    return out, dropped
 
 
 def _regular_size(folder: Path, name: str) -> int:

@@ -376,15 +376,35 @@ def test_fast_tokenizer_files_are_size_limited(llava_with_processor: Path, tmp_p
     one_line(err, "tokenizer.0.json", "byte limit", "refused")
 
 
-def test_fast_tokenizer_files_outside_the_folder_are_refused(llava_with_processor: Path, tmp_path: Path) -> None:
+def test_fast_tokenizer_files_outside_the_folder_are_never_read(llava_with_processor: Path, tmp_path: Path) -> None:
+    """Paths a tokenizer config names (relative and absolute) are left out of the load: both lead to a FIFO
+    here, which would block the load for good if it were opened."""
+    import os
+
     folder = _copy(llava_with_processor, tmp_path / "model")
-    outside = tmp_path / "outside_tok" / "tokenizer.1.json"
-    outside.parent.mkdir()
-    shutil.copy(folder / "tokenizer.json", outside)
-    _edit_json(folder / "tokenizer_config.json", fast_tokenizer_files=["../outside_tok/tokenizer.1.json"])
-    result, _out, err = probe("tree", str(folder))
-    assert result["code"] == 1
-    one_line(err, "fast_tokenizer_files", "not a file of this folder")
+    outside = tmp_path / "outside_tok"
+    outside.mkdir()
+    os.mkfifo(outside / "tokenizer.1.json")
+    os.mkfifo(outside / "tokenizer.2.json")
+    names = ["../outside_tok/tokenizer.1.json", str(outside / "tokenizer.2.json")]
+    _edit_json(folder / "tokenizer_config.json", fast_tokenizer_files=names, tokenizer_file=names[1])
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from transformers import AutoConfig\n"
+        "from fusion_core import resolve\n"
+        "from fusion_core.run.processors import processor_for, tokenizer_for\n"
+        "folder = Path(sys.argv[1])\n"
+        "resolve(str(folder))\n"
+        "proc, where = processor_for(folder, AutoConfig.from_pretrained(folder))\n"
+        "tok, _ = tokenizer_for(folder, AutoConfig.from_pretrained(folder))\n"
+        "print(type(proc).__name__, len(tok.get_vocab()))\n"
+    )
+    t0 = time.perf_counter()
+    done = _forked.run([str(folder)], code=code, timeout=60)
+    assert time.perf_counter() - t0 < 60
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("LlavaProcessor "), done.stdout
 
 
 def test_chat_templates_folder_is_size_limited(llava_with_processor: Path, tmp_path: Path) -> None:
