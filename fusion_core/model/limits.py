@@ -116,6 +116,10 @@ VOCAB_FILES = (
     "sentencepiece.bpe.model",
 )
 MAX_VOCAB_FILE = 512 * 1024 * 1024
+# SentencePiece models are parsed whole and their pieces cannot be counted from the bytes
+# without parsing: the size is the bound (the largest public ones, Gemma 3's and mT5's, are ~5 MB).
+SENTENCEPIECE_FILES = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+MAX_SENTENCEPIECE_FILE = 64 * 1024 * 1024
 GENERATION_CONFIG = "generation_config.json"
 MAX_GENERATION_CONFIG = 1024 * 1024
 
@@ -124,6 +128,8 @@ def side_file_limit(name: str) -> int | None:
     """The size limit of a side file transformers may read, ``None`` for other names."""
     if name in SMALL_SIDE_FILES:
         return MAX_GENERATION_CONFIG if name == GENERATION_CONFIG else MAX_SMALL_SIDE_FILE
+    if name in SENTENCEPIECE_FILES:
+        return MAX_SENTENCEPIECE_FILE
     if name in VOCAB_FILES:
         return MAX_VOCAB_FILE
     return None

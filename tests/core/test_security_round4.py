@@ -651,3 +651,14 @@ def test_an_inspection_cache_entry_others_can_write_is_not_read(llama_dir: Path)
     if os.getuid() == 0:
         os.chown(path, 12345, 12345)
         assert cached_view(spec) is None and not path.exists()
+
+
+def test_sentencepiece_model_is_size_limited(llava_with_processor: Path, tmp_path: Path) -> None:
+    """A SentencePiece model is parsed whole and its pieces are not countable unparsed: 64 MiB at most."""
+    from fusion_core.model.limits import MAX_SENTENCEPIECE_FILE
+
+    folder = _copy(llava_with_processor, tmp_path / "spm")
+    _sparse(folder / "tokenizer.model", MAX_SENTENCEPIECE_FILE + 1)
+    result, _out, err = probe("tree", str(folder))
+    assert result["code"] == 1
+    one_line(err, "tokenizer.model", f"{MAX_SENTENCEPIECE_FILE:,} byte limit")
