@@ -311,6 +311,8 @@ def image_processor_for(folder: Path | None, config: Any) -> Any:
 
 
 MAX_AUDIO_CHUNK_S = 600
+MAX_TILES = 64  # tiles of one image (Mllama: 4, InternVL: 12, Llama 4: 16)
+_TILE_ATTRS = ("max_image_tiles", "max_num_tiles", "max_dynamic_patch")
 MAX_PADDED_SAMPLES = 600 * 16_000  # samples a feature extractor pads a clip to: 10 minutes at 16 kHz
 _SIDE_ATTRS = ("size", "crop_size", "max_image_size", "pad_size")
 _SIDE_KEYS = ("shortest_edge", "longest_edge", "height", "width", "max_height", "max_width")
@@ -348,6 +350,16 @@ def bound_sizes(proc: Any) -> list[str]:
         cut = clamped(rate, MAX_SAMPLING_RATE, f"{name}.sampling_rate", notes)
         if cut is not rate:
             part.sampling_rate = cut
+        pinpoints = getattr(part, "image_grid_pinpoints", None)  # LLaVA-NeXT: the resolutions it tiles to
+        if isinstance(pinpoints, list):
+            cut = clamped(pinpoints, MAX_INPUT_SIDE, f"{name}.image_grid_pinpoints", notes)
+            if cut != pinpoints:
+                part.image_grid_pinpoints = [list(p) if isinstance(p, tuple) else p for p in cut]
+        for attr in _TILE_ATTRS:  # how many tiles of the tower's size an image is cut into
+            tiles = getattr(part, attr, None)
+            cut = clamped(tiles, MAX_TILES, f"{name}.{attr}", notes)
+            if cut is not tiles:
+                setattr(part, attr, cut)
         chunk = getattr(part, "chunk_length", None)  # seconds a feature extractor pads audio to (Whisper: 30)
         rate = int(getattr(part, "sampling_rate", 16000) or 16000)
         cut = clamped(chunk, max(1, min(MAX_AUDIO_CHUNK_S, MAX_PADDED_SAMPLES // rate)), f"{name}.chunk_length", notes)

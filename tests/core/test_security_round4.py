@@ -662,3 +662,18 @@ def test_sentencepiece_model_is_size_limited(llava_with_processor: Path, tmp_pat
     result, _out, err = probe("tree", str(folder))
     assert result["code"] == 1
     one_line(err, "tokenizer.model", f"{MAX_SENTENCEPIECE_FILE:,} byte limit")
+
+
+def test_llava_next_pinpoints_are_clamped() -> None:
+    """Hole 2 for tiling processors: a 40000 px grid pinpoint would cut any picture into 40000 px of tiles."""
+    from transformers import LlavaNextImageProcessorPil
+
+    from fusion_core.model.limits import MAX_INPUT_SIDE
+    from fusion_core.run.media import synthetic_image
+    from fusion_core.run.processors import bound_sizes
+
+    proc = LlavaNextImageProcessorPil(image_grid_pinpoints=[[40000, 40000]])
+    assert bound_sizes(proc)
+    assert proc.image_grid_pinpoints == [[MAX_INPUT_SIDE, MAX_INPUT_SIDE]]
+    out = proc(images=synthetic_image(64, 64, 0).items, return_tensors="np")
+    assert out["pixel_values"].nbytes < 1e9
