@@ -677,3 +677,13 @@ def test_llava_next_pinpoints_are_clamped() -> None:
     assert proc.image_grid_pinpoints == [[MAX_INPUT_SIDE, MAX_INPUT_SIDE]]
     out = proc(images=synthetic_image(64, 64, 0).items, return_tensors="np")
     assert out["pixel_values"].nbytes < 1e9
+
+
+def test_eps_image_in_a_json_check_ends_in_one_line(llava_with_processor: Path, tmp_path: Path) -> None:
+    """Hole 4 through the CLI: ``--image x.eps --json`` is one error line; stdout holds nothing stray."""
+    eps = tmp_path / "x.eps"
+    eps.write_text("%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n(stray) print flush\n{} loop\n")
+    argv = ["check", str(llava_with_processor), "--no-upstream", "--fusion", "patch_embeddings_2d"]
+    result, out, err = probe(*argv, "--image", str(eps), "--json")
+    assert result["code"] != 0 and out == ""
+    one_line(err, "x.eps", "EPS and PostScript are never opened")
