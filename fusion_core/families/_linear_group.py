@@ -18,6 +18,14 @@ One case the cache cannot see: tensors created under ``torch.inference_mode`` ha
 version counter, so an owner whose own ``forward`` modified its input *in place* between
 two member calls would get a stale chunk there. No transformers model does that (they
 project one input three times in a row); the inference checks would show it.
+
+Under the compiler (``torch.compile``, ``torch.export``: ``torch.compiler.is_compiling()``)
+the cache is keyed on identity and the grad and autocast modes only: version counters and
+``is_inference()`` cannot be traced (each alias call broke the graph). The trace turns the
+cache into data flow, so the graph holds one GEMM and one split per group and the scope's
+bookkeeping is plain Python state the compiler guards on. A traced cross attention computes
+the fused product once on the first input before it sees the second (a correct, wasted
+product); the group then switches to per-member products, which a recompile picks up.
 """
 
 from __future__ import annotations
@@ -93,6 +101,11 @@ class LinearGroup:
         return self.owner._modules[self.fused_name]  # type: ignore[return-value]
 
     def _key(self, x: torch.Tensor, fused: nn.Linear) -> tuple[Any, ...]:
+        if torch.compiler.is_compiling():
+            # traced (torch.compile, torch.export): version counters and is_inference() are not
+            # traceable, and the trace sees every op between two member calls as graph nodes;
+            # identity (checked in call) and the modes are what the graph is specialized on
+            return (None, None, None, torch.is_grad_enabled(), _autocast(x.device.type))
         return (
             _version(x),
             _version(fused.weight),
