@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -252,6 +252,13 @@ def parse_window_size(text: str) -> tuple[int, int]:
     return w, h
 
 
+def needs_offscreen(environ: Mapping[str, str], platform: str) -> bool:
+    """True when Qt has no display to open and no platform was chosen (Linux and other X11/Wayland systems)."""
+    if platform in ("darwin", "win32") or environ.get("QT_QPA_PLATFORM"):
+        return False
+    return not environ.get("DISPLAY") and not environ.get("WAYLAND_DISPLAY")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``fusion-inspector`` and ``python -m fusion_gui``."""
     t0 = time.time()
@@ -264,6 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The window shows progress itself; keep transformers' tqdm bars ("Loading weights") off the
     # terminal. Set before the engine process starts (it inherits the environment).
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if args.screenshot and needs_offscreen(os.environ, sys.platform):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a picture needs no screen; Qt would abort without one
     app = create_app()
     from .main_window import MainWindow
     from .settings import Settings

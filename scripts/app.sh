@@ -17,5 +17,18 @@ fi
 if [[ -z "${DISPLAY:-}" && -z "${WAYLAND_DISPLAY:-}" && "$(uname)" != Darwin ]]; then
     export QT_QPA_PLATFORM="${QT_QPA_PLATFORM:-offscreen}"  # --screenshot renders without a display
 fi
+# Qt's X11 platform needs system libraries a fresh desktop may lack (libxcb-cursor0 since Qt 6.5):
+# say which and how to install them before the set-up's minute, and again with the installed Qt
+uses_xcb=0
+case "${QT_QPA_PLATFORM:-}" in
+    xcb*) uses_xcb=1 ;;
+    "") [[ "$(uname)" == Linux && -n "${DISPLAY:-}" && -z "${WAYLAND_DISPLAY:-}" ]] && uses_xcb=1 ;;
+esac
+if [[ $uses_xcb == 1 ]]; then
+    bash scripts/qt_libs.sh || exit $?
+fi
 bash scripts/setup.sh
+if [[ $uses_xcb == 1 ]]; then
+    bash scripts/qt_libs.sh || exit $?
+fi
 exec .venv/bin/fusion-inspector "$@"

@@ -11,6 +11,10 @@ from ..run.results import MIN_VERDICT_ROUNDS
 from .args import device_arg, seed_arg
 from .output import print_json, printable, run_with_progress, say, table
 
+#: ``check``'s exit status when no module matched the families: nothing checked is not a pass
+#: (pytest's "no tests ran" is 5 too)
+EXIT_NOTHING_CHECKED = 5
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("load", help="load a model with fusion applied and print the load report")
@@ -154,6 +158,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print_json(result)
     else:
         say(format_check(result))
+    if result.nothing_to_fuse:
+        return EXIT_NOTHING_CHECKED
     return 0 if result.passed else 1
 
 
@@ -183,7 +189,7 @@ def format_check(result: Any) -> str:
     ]
     if result.nothing_to_fuse:
         lines += result.messages
-        lines.append("PASSED (nothing to fuse)")
+        lines.append("NOTHING CHECKED")
         return "\n".join(lines)
     rows = []
     for m in result.modules:

@@ -189,7 +189,12 @@ def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Pro
     )
     if not plan.matched_paths:
         result.nothing_to_fuse = True
-        result.messages.append(f"nothing to fuse in {src.model_class.__name__}: no check to run")
+        families = ", ".join(plan.fusion_config)
+        result.messages.append(  # like pytest's "no tests ran": not a pass
+            f"nothing to check: no module of {src.model_class.__name__} matches {families}"
+            if families
+            else "nothing to check: no family enabled"
+        )
         result.seconds = time.perf_counter() - t0
         return result
     child = None

@@ -416,9 +416,12 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
-        """Every fused module verified within tolerance, and end to end (when it ran) too."""
+        """Every fused module verified within tolerance, and end to end (when it ran) too.
+
+        A check that checked nothing (no module matches the families) is not a pass.
+        """
         if self.nothing_to_fuse:
-            return True
+            return False
         e2e = self.end_to_end is None or self.end_to_end.passed
         return bool(self.modules) and all(m.passed for m in self.modules) and e2e
 

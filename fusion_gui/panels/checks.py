@@ -403,7 +403,7 @@ class ChecksPanel(QWidget):
         tol = result.tolerance
         rule = f"limit for {result.dtype}: atol {tol.atol} + rtol {tol.rtol} × max |original|"
         if result.nothing_to_fuse:
-            self._set_role(self.banner, "info", html.escape(" ".join(result.messages) or "Nothing to fuse."))
+            self._set_role(self.banner, "warn", html.escape(" ".join(result.messages) or "Nothing to check."))
         elif result.passed:
             how = Counter(m.verified_by for m in result.modules)
             ways = ", ".join(f"{n} on {k}" for k, n in how.items())

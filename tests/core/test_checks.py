@@ -68,11 +68,14 @@ def test_wrong_fusion_fails(qwen2_vl_dir: Path, wrong_family: str) -> None:
     assert result.modules[0].comparison.max_rel_diff == pytest.approx(1e-3, rel=0.05)
 
 
-def test_nothing_to_fuse_passes(llama_dir: Path) -> None:
+def test_nothing_to_check_is_not_a_pass(llama_dir: Path) -> None:
     result = check(llama_dir, PE, upstream=True)
-    assert result.passed and result.nothing_to_fuse
+    assert not result.passed and result.nothing_to_fuse
     assert result.modules == [] and result.end_to_end is None and result.upstream is None
-    assert any("nothing to fuse" in m for m in result.messages)
+    assert "nothing to check: no module of LlamaForCausalLM matches patch_embeddings" in result.messages
+    none = check(llama_dir, {}, upstream=False)
+    assert not none.passed and none.nothing_to_fuse
+    assert "nothing to check: no family enabled" in none.messages
 
 
 def test_progress_and_cancel(qwen2_vl_dir: Path) -> None:

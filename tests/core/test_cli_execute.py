@@ -72,10 +72,15 @@ def test_check_failure_exit_one(capsys: pytest.CaptureFixture[str], qwen2_vl_dir
     assert out.rstrip().endswith("FAILED") and "FAIL" in out
 
 
-def test_check_nothing_to_fuse_exit_zero(capsys: pytest.CaptureFixture[str], llama_dir: Path) -> None:
+def test_check_nothing_to_check_exits_5(capsys: pytest.CaptureFixture[str], llama_dir: Path) -> None:
+    """Nothing checked is not a pass (a trap in CI): exit 5, like pytest's "no tests ran"."""
     code, out, _ = _run(capsys, "check", str(llama_dir), "--fusion", "patch_embeddings")
-    assert code == 0
-    assert "nothing to fuse" in out and "PASSED" in out
+    assert code == 5
+    assert "nothing to check: no module of LlamaForCausalLM matches patch_embeddings" in out
+    assert "PASSED" not in out and out.rstrip().endswith("NOTHING CHECKED")
+    code, out, _ = _run(capsys, "check", str(llama_dir), "--fusion", "patch_embeddings", "--json")
+    data = json.loads(out)
+    assert code == 5 and data["passed"] is False and data["nothing_to_fuse"] is True
 
 
 def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, llama_dir: Path) -> None:

@@ -88,3 +88,18 @@ def test_modules_only_and_sample_inputs_rows(qtbot, window, open_model, only_fus
     assert [r["module"] for r in panel.model.rows] == ["model.visual.patch_embed"]
     assert "not run: modules only" in panel.speed_banner.text()
     assert "not run: modules only" in panel.end_label.text()
+
+
+def test_nothing_to_check_says_which_families_and_is_no_pass(qtbot, window, open_model, only_fusions, llama_dir):
+    """A check that checks nothing is not a pass: the banner names the enabled families (or none)."""
+    open_model(window, str(llama_dir))
+    only_fusions(window, "patch_embeddings")
+    panel = window.checks
+    panel.upstream_box.setChecked(False)
+    result = _run(qtbot, window)
+    assert result.nothing_to_fuse and not result.passed
+    assert "nothing to check: no module of LlamaForCausalLM matches patch_embeddings" in panel.banner.text()
+    assert panel.banner.property("role") == "warn"
+    only_fusions(window)
+    _run(qtbot, window)
+    assert "nothing to check: no family enabled" in panel.banner.text()

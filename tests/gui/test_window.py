@@ -125,10 +125,10 @@ def test_open_dialog_lists_sources(qtbot, window):
 
 
 def test_screenshot_mode_writes_png_and_exits_0(tmp_path, _isolated_cache):
+    """Without a display and without QT_QPA_PLATFORM, --screenshot renders offscreen by itself."""
     out = tmp_path / "shot.png"
     env = {
-        **os.environ,
-        "QT_QPA_PLATFORM": "offscreen",
+        **{k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")},
         "FUSION_INSPECTOR_SETTINGS": str(tmp_path / "s.ini"),
         "FUSION_INSPECTOR_CACHE": str(_isolated_cache),
     }
