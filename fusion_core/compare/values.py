@@ -110,7 +110,7 @@ class _Files:
                 raise CheckpointError(
                     f"{self.index.folder / name}: declares {st.st_size:,} bytes but holds {held:,} on disk (a sparse "
                     "file: its holes read as zeros, at the speed of the disk); values not compared, refused before "
-                    "reading. Compare without --values, or a real copy of the file"
+                    "reading. Compare without the values, or a real copy of the file"
                 )
 
     def read_into(self, info: TensorInfo, offset: int, out: memoryview) -> None:
