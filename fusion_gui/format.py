@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from fusion_core.errors import bounded as bounded  # the one cut of a message, shared with the engine and the CLI
 from fusion_core.text import natural_key as natural_key  # re-exported: the panels sort with it
+from fusion_core.text import printable as printable  # names from a folder shown in a widget (issue 32)
 
 _UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
 
@@ -163,11 +164,17 @@ def _join_dropped(parts: Sequence[str], dropped: Sequence[bool]) -> str:
     return ".".join(out).replace("….", "…")
 
 
+def rich(text: str) -> str:
+    """Text from a model folder inside rich text: bidirectional controls and control characters
+    escaped (a U+202E would display the rest of a name reversed), then HTML-escaped."""
+    return html.escape(printable(str(text)))
+
+
 def plain_tip(text: str, limit: int = 4_000) -> str:
     """A tooltip showing ``text`` as text (Qt renders a tooltip that looks like markup as rich
     text: a folder named ``<img src=/dev/zero>`` would load that file): cut to ``limit`` and,
     when it holds a tag or an entity, escaped inside ``<qt>``. Text without ``<`` or ``&`` is unchanged."""
-    text = bounded(text, limit)
+    text = printable(bounded(text, limit))
     if "<" not in text and "&" not in text:
         return text
     return "<qt>" + html.escape(text).replace("\n", "<br>") + "</qt>"

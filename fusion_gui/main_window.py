@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import style
-from .format import bounded, human_count, plain_tip
+from .format import bounded, human_count, plain_tip, printable, rich
 from .panels.adapter_dialog import AdapterDialog
 from .panels.checks import ChecksPanel
 from .panels.compare import ComparePanel
@@ -42,9 +42,7 @@ MAX_DETAILS_CHARS = 100_000  # its details (a traceback)
 
 def _html(text: str) -> str:
     """Text from a model folder inside a rich-text label: escaped and cut, never markup."""
-    import html
-
-    return html.escape(bounded(text, 200))
+    return rich(bounded(text, 200))
 
 
 if TYPE_CHECKING:
@@ -362,7 +360,7 @@ class MainWindow(QMainWindow):
 
     def _on_model_changed(self, insp: InspectionView) -> None:
         weights = f"{insp.checkpoint_tensors} tensors" if insp.has_checkpoint else "config only"
-        self.setWindowTitle(f"{insp.name} — Fusion Inspector")
+        self.setWindowTitle(f"{printable(bounded(insp.name, 120))} — Fusion Inspector")
         self.model_label.setText(f"<b>{_html(insp.name)}</b> · {_html(insp.model_class)} · {weights}")
         self.model_label.setToolTip(plain_tip("\n".join([insp.describe, *insp.notes])))
         self.params_label.setText(f"{human_count(insp.tree.total_params)} parameters · {len(insp.tree)} modules")
@@ -381,7 +379,7 @@ class MainWindow(QMainWindow):
     def _on_preview_ready(self, cached) -> None:
         """A model seen before, from the cache: its tree now, the rest when the engine has opened it."""
         self.tree._on_model_changed(cached)  # the tree panel reads only `.tree` of what it shows
-        self.setWindowTitle(f"{cached.name} — Fusion Inspector")
+        self.setWindowTitle(f"{printable(bounded(cached.name, 120))} — Fusion Inspector")
         self.model_label.setText(
             f"<b>{_html(cached.name)}</b> · {_html(cached.model_class)} · from the cache, loading the engine…"
         )

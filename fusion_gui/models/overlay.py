@@ -8,7 +8,6 @@ a regular expression plus ``is:``/``family:``/``class:`` terms.
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtGui import QColor
 
 from .. import style
+from ..format import rich
 
 if TYPE_CHECKING:
     from fusion_core.model.tree import ModuleNode
@@ -172,7 +172,7 @@ class Overlay:
         return None
 
     def tooltip(self, node: ModuleNode) -> str:
-        e = html.escape
+        e = rich
         path = node.path
         lines = [f"<b>{e(path or node.name)}</b><br>{e(node.class_qualname)}"]
         if path in self.matched:
@@ -246,7 +246,7 @@ class Overlay:
 
 
 def _score_line(s: ModuleScore) -> str:
-    e = html.escape
+    e = rich
     if s.error:
         return f"<b>{e(s.path)}</b>: error: {e(s.error)}"
     speed = (

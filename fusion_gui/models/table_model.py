@@ -10,7 +10,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QHeaderView
 
-from ..format import plain_tip
+from ..format import plain_tip, printable
 
 Index = QModelIndex | QPersistentModelIndex
 RowRole = Qt.ItemDataRole.UserRole + 1  # the whole row dict
@@ -68,6 +68,8 @@ class RowsTableModel(QAbstractTableModel):
         value = self._data(index, role)
         if role == Qt.ItemDataRole.ToolTipRole and isinstance(value, str):
             return plain_tip(value)  # cells quote keys and names from the model folder: never markup
+        if role == Qt.ItemDataRole.DisplayRole and isinstance(value, str):
+            return printable(value)  # ... nor reordered by a bidirectional override
         return value
 
     def _data(self, index: Index, role: int) -> Any:

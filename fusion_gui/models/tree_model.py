@@ -15,7 +15,6 @@ time to lay out or paint thousands of rows.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
@@ -25,7 +24,7 @@ from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelInde
 from PySide6.QtGui import QColor, QFont
 
 from .. import style
-from ..format import human_count, shape_text
+from ..format import human_count, printable, rich, shape_text
 from .overlay import NodeFilter, Overlay
 
 if TYPE_CHECKING:
@@ -569,7 +568,7 @@ class ModuleTreeModel(QAbstractItemModel):
             if texts is None:
                 texts = self._texts[id(node)] = tuple(_display(node, c) for c in range(_NCOLS))
             badge = self.adapter_badges.get(path) if col == NAME else None
-            return f"{texts[col]}  [{badge}]" if badge else texts[col]
+            return f"{texts[col]}  [{printable(badge)}]" if badge else texts[col]
         if role == _BACKGROUND:
             return ov.check_tint([path], below=path) if col == CHECK else ov.background(path)
         if role == _DECORATION:
@@ -596,7 +595,7 @@ class ModuleTreeModel(QAbstractItemModel):
             if col == CHECK:
                 return ov.check_tooltip([path], below=path)
             badge = self.adapter_badges.get(path)
-            return f"{ov.tooltip(node)}<br>adapter: {html.escape(badge)}" if badge else ov.tooltip(node)
+            return f"{ov.tooltip(node)}<br>adapter: {rich(badge)}" if badge else ov.tooltip(node)
         return None
 
     def _group_data(self, group: FoldGroup, col: int, role: int) -> Any:
@@ -605,9 +604,9 @@ class ModuleTreeModel(QAbstractItemModel):
         first = group.nodes[0]
         if role == Qt.ItemDataRole.DisplayRole:
             if col == NAME:
-                return group.label
+                return printable(group.label)
             if col == CLASS:
-                return first.class_name
+                return printable(first.class_name)
             if col == PARAMS:
                 return human_count(sum(n.total_params for n in group.nodes))
             if col == CHECK:
@@ -644,7 +643,7 @@ class ModuleTreeModel(QAbstractItemModel):
                 return ov.check_tooltip(paths)
             count = sum(ov.counts.get(p, 0) + (p in ov.matched) for p in paths)
             fused = f"<br>{count} module(s) within will be fused" if count else ""
-            e = html.escape
+            e = rich
             what = (
                 f"<b>{len(paths)} {e(first.class_name)} modules, a pattern of {group.period} repeated</b>"
                 if group.period
@@ -660,9 +659,9 @@ class ModuleTreeModel(QAbstractItemModel):
 
 def _display(node: ModuleNode, col: int) -> str:
     if col == NAME:
-        return node.name
+        return printable(node.name)  # a name from the folder: a U+202E must not reorder it
     if col == CLASS:
-        return node.class_name
+        return printable(node.class_name)
     if col == INSTANCES:
         # its own column: "Linear ×25" read as a repeat count
         return str(node.same_class_count) if node.same_class_count > 1 else ""

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QTextBrowser, QVBoxLayout, QWidget
 
 from .. import style
-from ..format import human_count, shape_text
+from ..format import human_count, rich, shape_text
 
 if TYPE_CHECKING:
     from fusion_core.model.tree import ModuleNode
@@ -51,7 +50,7 @@ class DetailsPanel(QWidget):
         self.browser.setHtml(self._html(node))
 
     def _html(self, node: ModuleNode) -> str:
-        e = html.escape
+        e = rich
         parts = [f"<h3 style='margin:0'>{e(node.path or node.name)}</h3>"]
         fused = self._fused_class(node.path)
         cls = f"<code>{e(node.class_qualname)}</code>"
@@ -96,7 +95,7 @@ class DetailsPanel(QWidget):
         return ""
 
     def _verdict(self, family: str, path: str) -> str:
-        e = html.escape
+        e = rich
         d = self.state.discovery(family)
         if d is None:
             return ""
@@ -134,7 +133,7 @@ class DetailsPanel(QWidget):
             d = self.state.discovery(name)
             for m in d.matches if d else ():
                 if m.path == path:
-                    return f"fused by {html.escape(name)}"
+                    return f"fused by {rich(name)}"
                 if path.startswith(f"{m.path}."):
-                    return f"fused as part of {html.escape(m.path)} by {html.escape(name)}"
+                    return f"fused as part of {rich(m.path)} by {rich(name)}"
         return ""

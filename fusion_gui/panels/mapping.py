@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from .. import style
-from ..format import in_scope, natural_key, plain_tip
+from ..format import in_scope, natural_key, plain_tip, printable
 
 if TYPE_CHECKING:
     from fusion_core.plan.view import PlanView
@@ -87,14 +87,16 @@ class MappingPanel(QWidget):
                     hidden += 1
             for class_path, matches in by_class.items():
                 first = matches[0]
-                top = QTreeWidgetItem([first.class_name, first.fused_class_name, fam.name, str(len(matches))])
+                top = QTreeWidgetItem(
+                    [printable(first.class_name), printable(first.fused_class_name), fam.name, str(len(matches))]
+                )
                 top.setToolTip(0, plain_tip(class_path))
                 top.setIcon(0, style.fused_icon(colours.get(fam.name, style.FAMILY_COLOURS[0])))
                 top.setTextAlignment(3, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 for m in matches:
-                    child = QTreeWidgetItem([m.path, "", "", ""])
+                    child = QTreeWidgetItem([printable(m.path), "", "", ""])
                     child.setData(0, PathRole, m.path)
-                    child.setToolTip(0, f"click to select {m.path} in the tree")
+                    child.setToolTip(0, plain_tip(f"click to select {m.path} in the tree"))
                     child.setForeground(0, style.brush("#1565c0"))
                     top.addChild(child)
                 self.table.addTopLevelItem(top)

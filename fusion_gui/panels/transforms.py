@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 from fusion_core.boundary.convert import to_plain
 
 from .. import style
-from ..format import in_scope, natural_key, plain_tip, shape_text
+from ..format import in_scope, natural_key, plain_tip, printable, shape_text
 from ..models.elide import KeyElideDelegate
 
 if TYPE_CHECKING:
@@ -229,7 +229,7 @@ class TransformsPanel(QWidget):
             rows = groups[module]
             family = rows[0].get("family", "")
             # one cell across the row: the module path is never cut for the columns' sake
-            head = [QStandardItem(f"{module}   ·  {len(rows)} key(s), {family}")]
+            head = [QStandardItem(printable(f"{module}   ·  {len(rows)} key(s), {family}"))]
             head[0].setIcon(style.fused_icon(colours.get(family, style.FAMILY_COLOURS[0])))
             head[0].setFont(bold)
             head[0].setToolTip(plain_tip(f"module {module} ({family}); double-click to select it in the tree"))
@@ -239,7 +239,7 @@ class TransformsPanel(QWidget):
             for row in rows:
                 cells = [row["source_key"], _shape(row, "source_shape"), row.get("dtype", ""), row["op"],
                          row["target_key"], _shape(row, "target_shape")]  # fmt: skip
-                items = [QStandardItem(str(c)) for c in cells]
+                items = [QStandardItem(printable(str(c))) for c in cells]
                 for col, item in enumerate(items):
                     item.setEditable(False)
                     item.setData(module, ModuleRole)

@@ -196,3 +196,56 @@ def test_no_widget_renders_text_from_a_folder_as_markup(qtbot, window, open_mode
     assert time.perf_counter() - t0 < 1.0
     for box in window.error_boxes:
         box.close()
+
+
+_RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: "evil\u202egpj_exe" displays as "evilexe_jpg"
+
+
+def _hostile_tree():
+    import torch
+    from torch import nn
+
+    from fusion_core import module_tree
+
+    outer = nn.Module()
+    outer.add_module(f"evil{_RLO}gpj_exe\ufffe", nn.Linear(4, 4))
+    with torch.device("meta"):
+        return module_tree(outer)
+
+
+def _no_raw_controls(text: object) -> None:
+    assert isinstance(text, str) and _RLO not in text and "\ufffe" not in text, repr(text)
+
+
+def test_module_names_with_bidi_overrides_show_escaped(qtbot, qtmodeltester):
+    # issue 32: a U+202E in a module name would reorder the rest of the name in the tree
+    from PySide6.QtCore import Qt
+
+    from fusion_gui.models.table_model import Column, RowsTableModel
+    from fusion_gui.models.tree_model import CLASS, NAME, ModuleTreeModel
+
+    model = ModuleTreeModel()
+    model.set_tree(_hostile_tree())
+    qtmodeltester.check(model)
+    child = model.index(0, NAME, model.index(0, NAME))
+    name = child.data(Qt.ItemDataRole.DisplayRole)
+    _no_raw_controls(name)
+    assert name == "evil\\u202egpj_exe\\ufffe"
+    _no_raw_controls(child.data(Qt.ItemDataRole.ToolTipRole))
+    assert "\\u202e" in child.data(Qt.ItemDataRole.ToolTipRole)
+    assert child.siblingAtColumn(CLASS).data() == "Linear"
+
+    table = RowsTableModel([Column("key", "Key")])
+    table.set_rows([{"key": f"a{_RLO}b.weight"}])
+    _no_raw_controls(table.index(0, 0).data())
+    _no_raw_controls(table.index(0, 0).data(Qt.ItemDataRole.ToolTipRole))
+
+
+def test_a_folder_named_with_a_bidi_override_shows_escaped(qtbot, make_window, open_model, llama_dir, tmp_path):
+    folder = tmp_path / f"model{_RLO}txt.exe"
+    shutil.copytree(llama_dir, folder)
+    window = make_window()
+    open_model(window, str(folder))
+    _no_raw_controls(window.windowTitle())
+    _no_raw_controls(window.model_label.text())
+    assert "model\\u202etxt.exe" in window.windowTitle()
