@@ -36,8 +36,17 @@ LAYOUTS = ("fused", "original")
 ON_WRONG_LOAD = ("guard", "refuse")
 DEFAULT_MAX_SHARD_SIZE = "50GB"  # transformers 5.24's save_pretrained(max_shard_size=...) default
 MAX_SHARD_SIZE = 2**63 - 1  # a file offset
-_SIZE_UNITS = {"TB": 10**12, "GB": 10**9, "MB": 10**6, "KB": 10**3}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]B)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {
+    "TB": 10**12,
+    "GB": 10**9,
+    "MB": 10**6,
+    "KB": 10**3,
+    "TIB": 2**40,
+    "GIB": 2**30,
+    "MIB": 2**20,
+    "KIB": 2**10,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B)?\s*$", re.IGNORECASE)
 
 
 class OptionError(UsageError):
@@ -58,30 +67,31 @@ def _at_least(option: str, value: int | float | None, low: int | float, kind: ty
         raise OptionError(option, f"must be at least {low}, got {value}")
 
 
-def parse_size(value: int | str) -> int:
-    """A shard size as ``save_pretrained`` reads it (``"5GB"`` is 5e9 bytes), in bytes.
+def parse_size(value: int | str, option: str = "max_shard_size") -> int:
+    """A size as accelerate and ``save_pretrained`` read it (``"5GB"`` is 5e9 bytes, ``"6GiB"``
+    6 x 2**30), in bytes.
 
     Raises:
-        OptionError: not a positive size (option ``max_shard_size``).
+        OptionError: not a positive size (named as ``option``).
     """
-    bad = "is not a size: give e.g. 5GB, 200MB or a number of bytes"
+    bad = "is not a size: give e.g. 5GB, 6GiB, 200MB or a number of bytes"
     if isinstance(value, bool):
-        raise OptionError("max_shard_size", f"{value!r} {bad}")
+        raise OptionError(option, f"{value!r} {bad}")
     if isinstance(value, int):
         size = value
     else:
         m = _SIZE_RE.match(str(value))
         if m is None:
-            raise OptionError("max_shard_size", f"{str(value)[:40]!r} {bad}")
+            raise OptionError(option, f"{str(value)[:40]!r} {bad}")
         digits, unit = m.group(1), m.group(2)
         if len(digits) > 30:  # float() of 400 digits is infinity
-            raise OptionError("max_shard_size", f"{value[:40]!r}...: too large")
+            raise OptionError(option, f"{value[:40]!r}...: too large")
         number = Decimal(digits)
         size = int(number * _SIZE_UNITS[unit.upper()]) if unit else int(number)
     if size < 1:
-        raise OptionError("max_shard_size", f"{str(value)[:40]!r} must be positive")
+        raise OptionError(option, f"{str(value)[:40]!r} must be positive")
     if size > MAX_SHARD_SIZE:
-        raise OptionError("max_shard_size", f"{str(value)[:40]!r} is larger than {MAX_SHARD_SIZE} bytes")
+        raise OptionError(option, f"{str(value)[:40]!r} is larger than {MAX_SHARD_SIZE} bytes")
     return size
 
 
@@ -152,9 +162,14 @@ class CheckOptions:
     images: tuple[str, ...] = ()  # image files (``image`` is the first)
     video: str | None = None  # a video file (frames decoded with PyAV)
     audio: str | None = None  # an audio file (read with soundfile)
+    #: the memory the model's weights may take (accelerate's ``max_memory`` for the CPU), in
+    #: bytes or a size ("6GiB"); beyond it weights stay on disk. None: the memory available
+    max_memory: int | str | None = None
 
     def __post_init__(self) -> None:
         _at_least("threads", self.threads, 1)
+        if self.max_memory is not None:
+            object.__setattr__(self, "max_memory", parse_size(self.max_memory, "max_memory"))
         images = [str(p) for p in self.images or ()]
         if self.image is not None and (not images or images[0] != str(self.image)):
             images.insert(0, str(self.image))

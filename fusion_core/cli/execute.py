@@ -55,6 +55,11 @@ def register(sub: Any) -> None:
         "--modules-only", action="store_true",
         help="check only the fused modules, read alone from the checkpoint (bounded memory; no end to end)",
     )  # fmt: skip
+    w.add_argument(
+        "--max-memory", metavar="SIZE",
+        help="memory the weights may take, e.g. 6GiB (accelerate's max_memory); beyond it they are read "
+        "from disk for each call (default: the memory available)",
+    )  # fmt: skip
     p.add_argument(
         "--no-upstream", action="store_true", help="skip the upstream parity check (transformers' own fusion)"
     )
@@ -141,6 +146,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         audio=args.audio,
         prompt=args.prompt,
         modules_only=args.modules_only,
+        max_memory=args.max_memory,
     )
     if args.report and not args.report.lower().endswith((".html", ".htm", ".md")):
         raise UsageError(f"check: --report {printable(args.report)}: give a file ending in .html or .md")

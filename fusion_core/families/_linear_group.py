@@ -378,6 +378,25 @@ class LinearGroupFusion(FusionSpec):
         module.__class__ = fused
         fused._convert(module)
 
+    def share_storage(self, original: nn.Module, fused: nn.Module) -> None:
+        """The original members' weights (and biases) become views of the fused Linear's rows."""
+        group = fused.__dict__.get("_fusion_group")
+        if group is None:
+            return
+        target = fused._modules[group.fused_name]
+        for i, name in enumerate(group.members):
+            member = original._modules.get(name)
+            if member is None:
+                continue
+            rows = slice(group.offsets[i], group.offsets[i + 1])
+            for attr in ("weight", "bias"):
+                mine, theirs = member._parameters.get(attr), target._parameters.get(attr)
+                if mine is None or theirs is None or mine.shape != theirs[rows].shape:
+                    continue
+                view = theirs.detach()[rows]
+                if mine.dtype == view.dtype and mine.device == view.device:
+                    member._parameters[attr] = nn.Parameter(view, requires_grad=mine.requires_grad)
+
     def sample_inputs(
         self, module: nn.Module, config: PretrainedConfig | None, workload: Workload
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -158,6 +158,16 @@ class FusionSpec:
         """Convert one loaded module (of a matched class) into its fused form, in place."""
         raise NotImplementedError
 
+    def share_storage(self, original: nn.Module, fused: nn.Module) -> None:
+        """Make ``original``'s tensors views of ``fused``'s where the fusion copied them.
+
+        A check holds a module in both forms (:mod:`fusion_core.run.switch`): ``fused`` is
+        a converted shallow copy of ``original``. A family whose fused weights are views of
+        the originals (a reshape) has nothing to do, which is the default; one that
+        concatenates points the original members at rows of the fused tensor, so one copy
+        of the weights serves both forms. Values are unchanged (the rows are the copies).
+        """
+
     def empty_message(self, model_name: str) -> str:
         return f"no module of {model_name} can be fused by {self.name!r}"
 

@@ -39,13 +39,16 @@ from ..boundary.options import CheckOptions, OptionError, TimingOptions, Workloa
 from ..errors import CheckError
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from .capture import shapes_of
-from .loading import iter_load, load_original, unpolluted, upstream_fusion_suspended
+from .loading import load_original, unpolluted, upstream_fusion_suspended
 from .results import (
+    FLOOR_FACTOR,
     TOLERANCES,
     CheckedWorkload,
     CheckResult,
     Comparison,
     EndToEndCheck,
+    FusedModule,
+    LoadReport,
     ModuleCheck,
     Timing,
     Tolerance,
@@ -74,6 +77,7 @@ if TYPE_CHECKING:
 
     from ..model.sources import ModelSource
     from ..plan.fusion_plan import FusionConfig, FusionPlan, Inspection
+    from .offload import MemoryPlan
 
 BY_END_TO_END = "end-to-end inputs"
 BY_SAMPLES = "module sample inputs"
@@ -219,13 +223,11 @@ def _checks(
     """The checks of :func:`_run` past the plan: modules, end to end, verdicts, upstream (``child``)."""
     from dataclasses import replace
 
-    from .modules import fits_in_memory
     from .timing import load_average
     from .upstream import TIMEOUT_S
     from .verdicts import family_verdicts, project
 
-    workload, timing, src = options.workload, options.timing, plan.source
-    dtype, device = workload.dtype, workload.device
+    workload, timing = options.workload, options.timing
 
     def settle() -> None:  # timings never share the CPU with the child: its answer comes first
         if child is not None:
@@ -233,38 +235,21 @@ def _checks(
                 child.finish(TIMEOUT_S)
         result.workload = replace(result.workload, load_before=load_average())
 
-    too_big = "" if options.modules_only else fits_in_memory(plan, dtype, device)
+    memory = None if options.modules_only else _memory(plan, options, result)
+    too_big = "" if memory is None or not memory.offloaded else _cannot_offload(plan)
     if options.modules_only or too_big:
         result.modules_only = True
         reason = "modules only (each fused module alone, read from the checkpoint)" if options.modules_only else too_big
+        if too_big and _user_files(options):
+            raise CheckError(f"cannot run the model on {_user_files(options)}: {too_big}; nothing was checked")
         result.end_to_end = EndToEndCheck("", "", "", {}, None, None, skipped=f"not run: {reason}")
         settle()
         for i, path in enumerate(plan.matched_paths):
             yield Progress(2, 6, f"checking {path} ({i + 1}/{len(plan.matched_paths)}, alone)")
             result.modules.append(_module_alone(plan, path, workload, timing))
     else:
-        yield Progress(1, 6, "loading the fused model")
-        loaded = yield from _relay(iter_load(plan, dtype=dtype, device=device), 1, 6)
-        result.load = loaded.report()
-        yield Progress(2, 6, "loading the original model")
-        original = load_original(plan, dtype=dtype, device=device)
-        paths = list(loaded.fused_modules)
-        yield Progress(3, 6, "running the original model end to end")
-        runs, captured, skipped = _end_to_end_inputs(original, paths, workload, src, options)
-        settle()
-        for i, path in enumerate(paths):
-            yield Progress(4, 6, f"checking {path} ({i + 1}/{len(paths)})")
-            mod_o, mod_f = original.get_submodule(path), loaded.model.get_submodule(path)
-            result.modules.append(
-                _check_module(path, plan, mod_o, mod_f, captured.get(path), workload, timing, bool(skipped))
-            )
-        yield Progress(5, 6, "end to end")
-        if skipped:
-            result.end_to_end = EndToEndCheck("", "", "", {}, None, None, skipped=f"not run: {skipped}")
-        else:
-            result.end_to_end = _check_end_to_end(runs, original, loaded.model, workload, timing)
-            _shares(result, original, runs[0][0], workload, timing)
-        del original, loaded
+        assert memory is not None
+        yield from _one_copy(plan, options, result, memory, settle)
     result.workload = replace(result.workload, load_after=load_average())
     project(result)
     result.family_verdicts = family_verdicts(result)
@@ -289,6 +274,110 @@ def _checks(
         from .upstream import run_upstream
 
         result.upstream = run_upstream(plan, workload, result, child)
+
+
+def _memory(plan: FusionPlan, options: CheckOptions, result: CheckResult) -> MemoryPlan:
+    """Where the weights go for this check, said in the result when they do not all fit (or a budget was set)."""
+    from .offload import memory_plan
+
+    w = options.workload
+    max_memory = options.max_memory if isinstance(options.max_memory, int) else None
+    memory = memory_plan(plan, w.dtype, w.device, max_memory)
+    if memory.offloaded or memory.asked:
+        result.messages.append(f"memory: {memory.describe()}")
+    return memory
+
+
+def _cannot_offload(plan: FusionPlan) -> str:
+    """Why a model that needs offloading cannot be (``""``: it can)."""
+    if any(ct.present == "fused" for ct in plan.checkpoint_transforms):
+        return "the checkpoint holds fused keys, which are read whole into memory to be unfused, and it does not fit"
+    return ""
+
+
+def _user_files(options: CheckOptions) -> str:
+    """The files the user named for the check (``""``: none)."""
+    names = [*options.images, options.video, options.audio]
+    return ", ".join(Path(n).name for n in names if n)
+
+
+def _one_copy(
+    plan: FusionPlan, options: CheckOptions, result: CheckResult, memory: MemoryPlan, settle: Any
+) -> Generator[Progress, None, None]:
+    """The model loaded once; each matched module switched between its two forms (:mod:`fusion_core.run.switch`)."""
+    import gc
+    import tempfile
+
+    from .switch import Switch, offloaded_paths
+
+    workload, timing, src = options.workload, options.timing, plan.source
+    dtype, device = workload.dtype, workload.device
+    where = "; blocks beyond the budget read from disk" if memory.offloaded else ""
+    yield Progress(1, 6, f"loading the model once (original and fused share its weights{where})")
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        folder = None
+        if memory.offloaded:  # converted tensors of disk blocks (a dtype other than the stored one)
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="fusion-offload-"))
+        original = load_original(
+            plan, dtype=dtype, device=device, device_map=memory.device_map, offload_folder=folder, keep=stack
+        )
+        paths = list(plan.matched_paths)
+        on_disk = offloaded_paths(original, paths) if memory.offloaded else []
+        yield Progress(2, 6, "running the original model end to end")
+        runs, captured, skipped = _end_to_end_inputs(original, paths, workload, src, options)
+        yield Progress(3, 6, "fusing: twins that share the original's weights")
+        switch = Switch(original, plan, [p for p in paths if p not in on_disk])
+        result.load = _load_report(plan, switch, dtype, device, time.perf_counter() - t0)
+        settle()
+        for i, path in enumerate(paths):
+            alone = ", alone: its weights are on disk" if path in on_disk else ""
+            yield Progress(4, 6, f"checking {path} ({i + 1}/{len(paths)}{alone})")
+            if path in switch.fused:
+                mod_o, mod_f = switch.original[path], switch.fused[path]
+                check = _check_module(path, plan, mod_o, mod_f, captured.get(path), workload, timing, bool(skipped))
+            else:
+                check = _module_alone(plan, path, workload, timing, captured.get(path))
+            result.modules.append(check)
+        yield Progress(5, 6, "end to end")
+        if skipped:
+            result.end_to_end = EndToEndCheck("", "", "", {}, None, None, skipped=f"not run: {skipped}")
+        elif not switch.fused:
+            why = "every fused module's weights are on disk (each was checked alone on its end-to-end inputs)"
+            result.end_to_end = EndToEndCheck("", "", "", {}, None, None, skipped=f"not run fused: {why}")
+        else:
+            result.end_to_end = _check_end_to_end(runs, original, switch, workload, timing)
+            if memory.offloaded:
+                result.end_to_end.notes.append(f"offloaded: {memory.describe()}; its timings include the disk reads")
+            if on_disk:
+                result.end_to_end.notes.append(
+                    f"{len(on_disk)} fused module(s) with weights on disk ran in their original form end to end; "
+                    "each was checked alone on its end-to-end inputs"
+                )
+            _shares(result, original, runs[0][0], workload, timing)
+        switch.close()
+        del original, switch, runs, captured
+        gc.collect()
+
+
+def _load_report(plan: FusionPlan, switch: Any, dtype: str, device: str, seconds: float) -> LoadReport:
+    """The check's load: the original loaded once, the matched modules fused as twins."""
+    from .loading import peak_rss_mb
+
+    layout = plan.layout if plan.layout in ("original", "fused") else "none"
+    return LoadReport(
+        model=plan.model,
+        model_class=plan.model_class,
+        fusion_config=plan.fusion_config,
+        checkpoint_layout=layout,
+        fused_modules=[FusedModule(p, plan.matched_paths[p], type(m).__name__) for p, m in switch.fused.items()],
+        dtype=dtype,
+        device=device,
+        transforms=plan.rows("load") if layout == "original" else [],
+        seconds=seconds,
+        peak_rss_mb=peak_rss_mb(),
+        messages=["loaded once: each fused module is a twin sharing the original's weights"],
+    )
 
 
 def _busy(workload: CheckedWorkload) -> str:
@@ -397,7 +486,15 @@ def _compare_and_time(
         check.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
 
 
-def _module_alone(plan: FusionPlan, path: str, workload: Workload, timing: TimingOptions) -> ModuleCheck:
+def _module_alone(
+    plan: FusionPlan,
+    path: str,
+    workload: Workload,
+    timing: TimingOptions,
+    captured: tuple[tuple, dict] | None = None,
+) -> ModuleCheck:
+    """One module materialized from the checkpoint, fused on a copy, on ``captured`` inputs
+    (an end-to-end run's, when it reached the module) or its family's sample inputs."""
     from .modules import materialize
 
     family = plan.matched_paths[path]
@@ -410,17 +507,26 @@ def _module_alone(plan: FusionPlan, path: str, workload: Workload, timing: Timin
     mod_f = copy.deepcopy(mod_o)
     spec.fuse_module(mod_f)
     check = ModuleCheck(path, family, type(mod_o).__name__, type(mod_f).__name__)
-    args, kwargs = _samples(check, mod_o, plan, workload, True)
-    if not check.error:
+    if captured is not None:
+        check.verified_by = BY_END_TO_END
+        args, kwargs = captured
+    else:
+        args, kwargs = _samples(check, mod_o, plan, workload, True)
+        if check.error:
+            return check
         check.verified_by = BY_SAMPLES
-        _compare_and_time(check, mod_o, mod_f, args, kwargs, workload, timing)
+    _compare_and_time(check, mod_o, mod_f, args, kwargs, workload, timing)
     return check
 
 
 def _check_end_to_end(
-    runs: list[tuple[Any, Any]], original: nn.Module, fused: nn.Module, workload: Workload, timing: TimingOptions
+    runs: list[tuple[Any, Any]], original: nn.Module, switch: Any, workload: Workload, timing: TimingOptions
 ) -> EndToEndCheck:
-    """Fused vs original on every run; timed on the first. The comparison shown is the worst run's."""
+    """Fused vs original on every run; timed on the first. The comparison shown is the worst run's.
+
+    One model: ``switch`` (:class:`fusion_core.run.switch.Switch`) puts the fused twins in
+    place for the fused runs, and each timed call puts its own form in place first.
+    """
     import torch
 
     notes: list[str] = []
@@ -429,8 +535,8 @@ def _check_end_to_end(
     fed: list[Any] = []
     kinds: list[str] = []
     for inputs, out_original in runs:
-        entry_f = fused.get_submodule(inputs.entry) if inputs.entry else fused
-        with torch.inference_mode():
+        entry_f = original.get_submodule(inputs.entry) if inputs.entry else original
+        with torch.inference_mode(), switch.using(True):
             out_fused = entry_f(**inputs.kwargs)
         name, main_o = main_output(out_original)
         _, main_f = main_output(out_fused)
@@ -440,6 +546,7 @@ def _check_end_to_end(
             badness = float("inf")
         if worst is None or badness > worst[0]:
             worst = (badness, name, comparison)
+            worst_run = (inputs, main_o)
         notes += inputs.notes
         if len(runs) > 1:
             label = inputs.fed[0].run if inputs.fed else inputs.kind
@@ -449,21 +556,55 @@ def _check_end_to_end(
         fed += inputs.fed
         if inputs.kind not in kinds:
             kinds.append(inputs.kind)
+    _, name, comparison = worst  # type: ignore[misc]
+    if not comparison.passed and workload.dtype != "float32":
+        _rounding_floor(worst_run, original, switch, comparison, workload.dtype)
     first = runs[0][0]
-    entry_o = original.get_submodule(first.entry) if first.entry else original
-    entry_f = fused.get_submodule(first.entry) if first.entry else fused
+    entry = original.get_submodule(first.entry) if first.entry else original
+
+    def run(fused: bool) -> Any:
+        switch.use(fused)
+        return entry(**first.kwargs)
+
     with torch.inference_mode():
-        measured = measure(
-            lambda: entry_o(**first.kwargs),
-            lambda: entry_f(**first.kwargs),
-            timing,
-            device=workload.device,
-            seed=workload.seed,
-        )
+        try:
+            measured = measure(
+                lambda: run(False), lambda: run(True), timing, device=workload.device, seed=workload.seed
+            )
+        finally:
+            switch.use(False)
     if first.entry:
         notes.append(f"{type(original).__name__} has no forward of its own; ran its submodule {first.entry}")
-    _, name, comparison = worst  # type: ignore[misc]
     return EndToEndCheck(first.entry, name, ", ".join(kinds), shapes, comparison, measured, notes, inputs=fed)
+
+
+def _rounding_floor(run: tuple[Any, Any], original: nn.Module, switch: Any, comparison: Comparison, dtype: str) -> None:
+    """Judge a reduced-precision end-to-end difference against its rounding floor, in place.
+
+    Through dozens of layers a bfloat16 model amplifies any change of rounding: a fused
+    module within one unit in the last place of its original can move the logits beyond the
+    dtype's tolerance. The floor is how far the original's own output moves when the fused
+    modules' originals are computed in float32 (:class:`fusion_core.run.switch.Precise`), a
+    change of rounding that is correct by construction; the fused model passes when it stays
+    within :data:`~fusion_core.run.results.FLOOR_FACTOR` times that. A wrong fusion moves the
+    output by the order of the output itself, far beyond it.
+    """
+    import torch
+
+    from .loading import torch_dtype
+
+    inputs, main_o = run
+    entry = original.get_submodule(inputs.entry) if inputs.entry else original
+    with torch.inference_mode(), switch.precise(torch_dtype(dtype)):
+        out = entry(**inputs.kwargs)
+    floor = compare(main_o, main_output(out)[1], dtype).max_abs_diff
+    if floor == floor:  # not NaN
+        comparison.floor = floor
+        verdict = "within" if comparison.passed else "beyond"
+        comparison.note = (
+            f"beyond the {dtype} tolerance; {verdict} {FLOOR_FACTOR:g}x the rounding floor: the original with its "
+            f"fused modules computed in float32 moves the output by {floor:.2g}"
+        )
 
 
 def _shares(result: CheckResult, original: nn.Module, inputs: Any, workload: Workload, timing: TimingOptions) -> None:

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Generator, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -179,8 +179,14 @@ def from_pretrained(
     state_dict: dict[str, Any] | None = None,
     notes: list[str] | None = None,
     info_out: dict[str, Any] | None = None,
+    device_map: dict[str, Any] | None = None,
+    offload_folder: str | None = None,
+    keep: ExitStack | None = None,
 ) -> nn.Module:
     """``from_pretrained`` with ``output_loading_info``; any key problem is a :class:`LoadError`.
+
+    ``keep``: the validated files stay pinned until this stack closes (a model whose
+    offloaded blocks accelerate reads from the checkpoint's files for each call).
 
     ``config`` must already be free of ``fusion_config`` (see :func:`plain_config`).
     ``info_out``, when given, receives transformers' loading info (its missing and
@@ -191,6 +197,8 @@ def from_pretrained(
     cls = current_class(source.model_class)  # fused when the plan fuses the root (Pixtral's patch_conv)
     where = str(source.folder)
     kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "output_loading_info": True}
+    if device_map is not None:  # accelerate's placement (fusion_core.run.offload): blocks beyond the budget on disk
+        kwargs.update(device_map=device_map, offload_folder=offload_folder)
     # Never forwarded: transformers would import Python files from the folder (custom_generate/...).
     # Our opt-in only means "build the class transformers ships for this model_type" (docs/security.md).
     loader, note = weights_loader(cls)
@@ -201,8 +209,11 @@ def from_pretrained(
             if state_dict is None:
                 assert source.checkpoint is not None
                 # a folder of exactly the files validated at the open, re-verified and held open
-                with source.checkpoint.pinned() as folder:
-                    model, info = loader(str(folder), **kwargs)
+                if keep is not None:
+                    model, info = loader(str(keep.enter_context(source.checkpoint.pinned())), **kwargs)
+                else:
+                    with source.checkpoint.pinned() as folder:
+                        model, info = loader(str(folder), **kwargs)
             else:
                 model, info = loader(None, state_dict=state_dict, **kwargs)
     except (OSError, RuntimeError, ValueError, KeyError) as e:
@@ -417,8 +428,19 @@ def load(
     return drive(iter_load(plan, dtype=dtype, device=device), progress, cancel)
 
 
-def load_original(plan: FusionPlan, *, dtype: str | torch.dtype = "float32", device: str = "cpu") -> nn.Module:
+def load_original(
+    plan: FusionPlan,
+    *,
+    dtype: str | torch.dtype = "float32",
+    device: str = "cpu",
+    device_map: dict[str, Any] | None = None,
+    offload_folder: str | None = None,
+    keep: ExitStack | None = None,
+) -> nn.Module:
     """The original, unfused model of ``plan``, exactly as its weights say.
+
+    ``device_map``, ``offload_folder``: accelerate's placement (:mod:`fusion_core.run.offload`);
+    ``keep`` then holds the checkpoint's files pinned for as long as the model reads them.
 
     Built on the plan's own opened model and source; the checkpoint is validated against
     the plan once (:func:`~fusion_core.plan.layout.require_checkpoint`, shared with the fused load of a
@@ -438,9 +460,9 @@ def load_original(plan: FusionPlan, *, dtype: str | torch.dtype = "float32", dev
     require_checkpoint(plan, allow_mixed=True)  # the keys held fused are unfused; the others are original already
     if any(ct.present == "fused" for ct in plan.checkpoint_transforms):
         model = from_pretrained(src, config, wanted, state_dict=_original_state_dict(src, plan))
-    else:
-        model = from_pretrained(src, config, wanted)
-    if str(device) != "cpu":
+    else:  # ``device_map``: accelerate's placement, weights beyond a memory budget read from disk per call
+        model = from_pretrained(src, config, wanted, device_map=device_map, offload_folder=offload_folder, keep=keep)
+    if str(device) != "cpu" and device_map is None:
         model.to(device)
     return model
 

@@ -91,7 +91,8 @@ def test_progress_and_cancel(qwen2_vl_dir: Path) -> None:
 
     with pytest.raises(Cancelled):
         check(qwen2_vl_dir, PE, repeats=1, upstream=False, time_budget=0, progress=on_step, cancel=token)
-    assert "loading the fused model" in messages and "running the original model end to end" in messages
+    assert any(m.startswith("loading the model once") for m in messages)
+    assert "running the original model end to end" in messages
     plan = inspect_model(str(qwen2_vl_dir)).plan(PE)
     steps = list(_steps(iter_check(plan, CheckOptions.build(repeats=1, upstream=False, time_budget=0))))
     assert steps[-1].done == steps[-1].total

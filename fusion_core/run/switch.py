@@ -1,0 +1,178 @@
+"""One copy of the weights for the original and the fused model (issue 35).
+
+A check used to hold the original and the fused model side by side: twice the checkpoint
+in memory, which a 7B model on a 24 GB machine does not have. Here the model is loaded
+once, and each matched module gets a *fused twin*:
+
+- the twin is a shallow copy of the module tree (its own ``_modules``, ``_parameters``,
+  ``_buffers`` and hook tables; the same tensors), converted in place by its family
+  (:meth:`~fusion_core.families.base.FusionSpec.fuse_module`), so the original is untouched;
+- a patch family's Linear is already a view of the convolution's weight;
+- a concatenating family allocates the fused tensor once, and
+  :meth:`~fusion_core.families.base.FusionSpec.share_storage` then makes the original
+  members views of its rows, so the members' own tensors are freed (or, mapped from the
+  checkpoint, left to the page cache).
+
+:meth:`Switch.use` puts one form or the other in the parents' ``_modules``: the end-to-end
+run and the A/B/A timing rounds alternate by switching, never by holding two models.
+
+A module whose weights accelerate offloaded (to disk, or to another device) has no twin:
+its tensors are read in by accelerate's hooks for each call, so it is checked alone
+(:func:`offloaded_paths`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from ..plan.fusion_plan import FusionPlan
+
+__all__ = ["Precise", "Switch", "fused_twin", "offloaded_paths"]
+
+
+def _shallow_tree(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` and its submodules that shares every tensor, with tables of its own."""
+    new = copy.copy(module)  # a new object and __dict__; the values are the same objects
+    new._modules = {name: (None if child is None else _shallow_tree(child)) for name, child in module._modules.items()}
+    new._parameters = dict(module._parameters)
+    new._buffers = dict(module._buffers)
+    for name, value in list(new.__dict__.items()):
+        if name.endswith("_hooks") or name.endswith("hooks_with_kwargs") or name.endswith("hooks_always_called"):
+            new.__dict__[name] = OrderedDict(value) if isinstance(value, OrderedDict) else copy.copy(value)
+    return new
+
+
+def fused_twin(spec: Any, module: nn.Module) -> nn.Module:
+    """The fused form of ``module`` by family ``spec``, sharing its weights (``module`` stays original)."""
+    twin = _shallow_tree(module)
+    spec.fuse_module(twin)
+    spec.share_storage(module, twin)
+    return twin
+
+
+def offloaded_paths(model: nn.Module, paths: list[str]) -> list[str]:
+    """The paths whose weights accelerate keeps off the CPU's memory (on disk, or ``meta`` between calls)."""
+    out = []
+    for path in paths:
+        module = model.get_submodule(path)
+        tensors = [*module.parameters(), *module.buffers()]
+        if any(t.device.type == "meta" for t in tensors) or any(
+            getattr(getattr(m, "_hf_hook", None), "offload", False) for m in module.modules()
+        ):
+            out.append(path)
+    return out
+
+
+def _cast(value: Any, src: Any, dst: Any) -> Any:
+    """``value`` (tensors in tuples, lists, dicts, ModelOutputs) with floating tensors of ``src`` dtype as ``dst``."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(dst) if value.dtype == src else value
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(_cast(v, src, dst) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_cast(v, src, dst) for v in value)
+    if isinstance(value, dict):
+        out = copy.copy(value)  # a ModelOutput keeps its class
+        for k, v in value.items():
+            out[k] = _cast(v, src, dst)
+        return out
+    return value
+
+
+class Precise:
+    """A module computed in float32, its outputs rounded back to the model's dtype.
+
+    The original at a lower precision and its fused form each round differently; running the
+    original more precisely measures how far rounding alone moves the model's output (the
+    *rounding floor* a bfloat16 end-to-end comparison is judged against). Parameters are
+    upcast for each call, never kept: memory grows by one module's float32 copy, briefly.
+    """
+
+    def __init__(self, module: nn.Module, dtype: Any) -> None:
+        self.inner = module
+        self.dtype = dtype
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import torch
+        from torch.func import functional_call
+
+        d = self.dtype
+        tensors = {
+            n: t.to(torch.float32) if t.dtype == d else t for n, t in self.inner.state_dict(keep_vars=True).items()
+        }
+        args, kwargs = _cast(args, d, torch.float32), _cast(kwargs, d, torch.float32)
+        return _cast(functional_call(self.inner, tensors, args, kwargs), torch.float32, d)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class Switch:
+    """The matched modules of one loaded model, each in its original form and as a fused twin.
+
+    Args:
+        model: the loaded original model.
+        plan: its plan (each path's family, as the plan configured it).
+        paths: the matched paths to give twins (in memory: see :func:`offloaded_paths`).
+    """
+
+    def __init__(self, model: nn.Module, plan: FusionPlan, paths: list[str]) -> None:
+        self.model = model
+        self.original: dict[str, nn.Module] = {}
+        self.fused: dict[str, nn.Module] = {}
+        self._slots: dict[str, tuple[nn.Module, str]] = {}
+        for path in paths:
+            head, _, name = path.rpartition(".")
+            parent = model.get_submodule(head) if head else model
+            module = parent._modules[name]
+            assert module is not None
+            self.original[path] = module
+            self.fused[path] = fused_twin(plan.spec(plan.matched_paths[path]), module)
+            self._slots[path] = (parent, name)
+        self.is_fused = False
+
+    def use(self, fused: bool) -> None:
+        """Put the fused twins (``True``) or the originals in place."""
+        forms = self.fused if fused else self.original
+        for path, (parent, name) in self._slots.items():
+            parent._modules[name] = forms[path]
+        self.is_fused = fused
+
+    @contextmanager
+    def precise(self, dtype: Any) -> Iterator[None]:
+        """The originals computed in float32 (:class:`Precise`) for a block, then the originals.
+
+        Not a module: the parents' ``_modules`` hold it for the block only, and calling it
+        is all a parent does with a matched child during a forward.
+        """
+        self.use(False)
+        for path, (parent, name) in self._slots.items():
+            parent._modules[name] = Precise(self.original[path], dtype)  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            self.use(False)
+
+    @contextmanager
+    def using(self, fused: bool) -> Iterator[None]:
+        """:meth:`use` for a block, then back to what was in place."""
+        before = self.is_fused
+        self.use(fused)
+        try:
+            yield
+        finally:
+            self.use(before)
+
+    def close(self) -> None:
+        """Back to the original form, the twins dropped."""
+        self.use(False)
+        self.fused.clear()
