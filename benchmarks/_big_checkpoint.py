@@ -147,7 +147,10 @@ def build(folder: Path, *, layers: int = 28, vision_depth: int = 32, shard_bytes
             shutil.copyfile(demo / name, tmp / name)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
-    print(f"wrote {folder}: {total_bytes / 1e9:.1f} GB in {total} shards, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    print(
+        f"wrote {folder}: {total_bytes / 1e9:.1f} GB in {total} shards, {time.perf_counter() - t0:.0f} s",
+        file=sys.stderr,
+    )
 
 
 def main() -> int:

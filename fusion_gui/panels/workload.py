@@ -24,6 +24,13 @@ class WorkloadControls(QWidget):
         self.frames = _spin(0, 1024, 0, "video frames (0: the model's)", "model's")
         self.seq_len = _spin(0, 65536, 0, "text tokens (0: 128)", "default")
         self.batch = _spin(1, 256, 1, "rows per run", "")
+        self.max_memory = _spin(
+            0, 65536, 0,
+            "memory the weights may take, in GiB (accelerate's max_memory): beyond it blocks stay on disk "
+            "and are read for each call, slower (0: the memory available)",
+            "available",
+        )  # fmt: skip
+        self.max_memory.setSuffix(" GiB")
         self.modules_only = QCheckBox("Modules only")
         self.modules_only.setToolTip(
             "check only the fused modules, read alone from the checkpoint: bounded memory, no end-to-end run"
@@ -37,15 +44,16 @@ class WorkloadControls(QWidget):
         pairs = (
             ("device:", self.device), ("threads:", self.threads), ("batch:", self.batch),
             ("image px:", self.image_size), ("frames:", self.frames), ("seq len:", self.seq_len),
+            ("memory:", self.max_memory),
         )  # fmt: skip
         for i, (label, widget) in enumerate(pairs):
             grid.addWidget(QLabel(label), i // 3, 2 * (i % 3))
             grid.addWidget(widget, i // 3, 2 * (i % 3) + 1)
         grid.setColumnStretch(6, 1)
-        grid.addWidget(self.media, 2, 0, 1, 6)
-        grid.addWidget(self.modules_only, 3, 0, 1, 6)
+        grid.addWidget(self.media, 3, 0, 1, 6)
+        grid.addWidget(self.modules_only, 4, 0, 1, 6)
         self.device.currentTextChanged.connect(lambda _t: self.changed.emit())
-        for box in (self.threads, self.image_size, self.frames, self.seq_len, self.batch):
+        for box in (self.threads, self.image_size, self.frames, self.seq_len, self.batch, self.max_memory):
             box.valueChanged.connect(lambda _v: self.changed.emit())
         self.modules_only.toggled.connect(lambda _c: self.changed.emit())
         self.media.changed.connect(self.changed.emit)
@@ -63,6 +71,8 @@ class WorkloadControls(QWidget):
             for key, label in (("image_size", "px"), ("frames", "frames"), ("seq_len", "tokens"))
             if o[key]
         ]
+        if o["max_memory"]:
+            parts.append(f"weights ≤ {self.max_memory.value()} GiB")
         files = len(o["images"]) + bool(o["video"]) + bool(o["audio"])
         if files or o["prompt"]:
             parts.append(f"real inputs ({files} file{'s' if files != 1 else ''})" if files else "real prompt")
@@ -88,6 +98,7 @@ class WorkloadControls(QWidget):
             "seq_len": self.seq_len.value() or None,
             "batch": self.batch.value(),
             "modules_only": self.modules_only.isChecked(),
+            "max_memory": self.max_memory.value() * 2**30 or None,
             **self.media.options(),
         }
 

@@ -103,3 +103,18 @@ def test_nothing_to_check_says_which_families_and_is_no_pass(qtbot, window, open
     only_fusions(window)
     _run(qtbot, window)
     assert "nothing to check: no family enabled" in panel.banner.text()
+
+
+def test_a_memory_budget_reaches_the_check(qtbot, window, open_model, only_fusions, qwen2_vl_dir):
+    """The workload's memory budget (accelerate's max_memory) goes to the engine's check and is said."""
+    open_model(window, str(qwen2_vl_dir))
+    only_fusions(window, "patch_embeddings")
+    panel = window.checks
+    panel.upstream_box.setChecked(False)
+    panel.repeats.setValue(1)
+    w = panel.workload
+    assert w.max_memory.value() == 0 and w.max_memory.specialValueText() == "available"
+    w.max_memory.setValue(1)
+    assert panel.workload_button.text() == "Workload: cpu, weights ≤ 1 GiB"
+    result = _run(qtbot, window)
+    assert "memory: weights 0.0 GiB at this dtype, 1.0 GiB --max-memory: all in memory" in result.messages

@@ -1,0 +1,121 @@
+"""Beyond the memory budget (issue 35): a model of a few hundred MB checked end to end with
+``--max-memory`` below its size. The blocks beyond the budget stay on disk through
+accelerate's offload; the check still runs on the user's image and says it was offloaded,
+and the process's anonymous memory (what a model converted to another dtype takes; the
+page cache of mapped files does not count) peaks far below an unbounded run's."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MB = 10**6
+
+
+@pytest.fixture(scope="module")
+def mid_vlm(tmp_path_factory: pytest.TempPathFactory, qwen2_vl_dir: Path) -> Path:
+    """A Qwen2-VL of about 670 MB in float32 (167M parameters), seeded random weights,
+    with the demo's processor and tokenizer files."""
+    import torch
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    config = Qwen2VLConfig(
+        text_config={
+            "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 6,
+            "num_attention_heads": 16, "num_key_value_heads": 4, "tie_word_embeddings": False,
+            "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]},
+            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+        },
+        vision_config={"depth": 2, "embed_dim": 256, "hidden_size": 1024, "num_heads": 4, "in_channels": 3},
+        image_token_id=500, video_token_id=501, vision_start_token_id=502, vision_end_token_id=503,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = Qwen2VLForConditionalGeneration(config)
+    model.to_empty(device="cpu")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02, generator=gen)
+    folder = tmp_path_factory.mktemp("mid") / "qwen2vl-mid"
+    model.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"):
+        shutil.copyfile(qwen2_vl_dir / name, folder / name)
+    return folder
+
+
+def _image(folder: Path) -> Path:
+    import numpy as np
+    from PIL import Image
+
+    path = folder / "photo.png"
+    Image.fromarray((np.indices((112, 140)).sum(0) * 3 % 256).astype("uint8")).convert("RGB").save(path)
+    return path
+
+
+def _anon_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _check(folder: Path, image: Path, *extra: str) -> tuple[dict, int]:
+    """``fusion-core check --json`` in a fresh process: (its answer, its peak anonymous memory in bytes)."""
+    cmd = [sys.executable, "-m", "fusion_core", "check", str(folder), "--fusion", "patch_embeddings"]
+    cmd += ["--fusion", "gate_up", "--dtype", "bfloat16", "--image", str(image), "--no-upstream"]
+    cmd += ["--time-budget", "0", "--json", *extra]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    peak = 0
+
+    def sample() -> None:
+        nonlocal peak
+        while proc.poll() is None:
+            peak = max(peak, _anon_kb(proc.pid))
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    out, err = proc.communicate(timeout=600)
+    sampler.join()
+    assert proc.returncode == 0, err[-2000:]
+    return json.loads(out), peak * 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc")
+def test_a_check_beyond_max_memory_is_offloaded_and_runs_end_to_end(mid_vlm: Path, tmp_path: Path) -> None:
+    image = _image(tmp_path)
+    weights = sum(f.stat().st_size for f in mid_vlm.glob("*.safetensors")) // 2  # in bfloat16
+    budget = weights // 3
+    bounded, peak_bounded = _check(mid_vlm, image, "--max-memory", str(budget))
+    free, peak_free = _check(mid_vlm, image)
+
+    for answer in (bounded, free):
+        assert answer["passed"], answer
+        e = answer["end_to_end"]
+        assert e["ran"] and [i["source"] for i in e["inputs"] if i["modality"] == "image"] == ["photo.png"]
+    memory = [m for m in bounded["messages"] if m.startswith("memory: ")]
+    assert len(memory) == 1 and "offloaded to disk through accelerate" in memory[0], bounded["messages"]
+    assert any(n.startswith("offloaded: ") for n in bounded["end_to_end"]["notes"])
+    assert not any("offloaded" in m for m in free["messages"])
+    # modules on disk are checked alone, on the inputs the end-to-end run gave them
+    assert {m["verified_by"] for m in bounded["modules"]} == {"end-to-end inputs"}
+    # the converted weights are anonymous memory: bounded by the budget, not by the model
+    print(
+        f"peak anonymous memory: {peak_free / MB:.0f} MB unbounded, {peak_bounded / MB:.0f} MB with {budget / MB:.0f} MB"
+    )
+    assert peak_free - peak_bounded > 0.4 * weights, (peak_free / MB, peak_bounded / MB, weights / MB)
