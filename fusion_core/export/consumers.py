@@ -116,13 +116,6 @@ def comparison_dtype(folder: Path, requested: str = "auto") -> Comparison:
     return Comparison(stored, why, checkpoint_bytes(ckpt, stored))
 
 
-def dtype_note(dtype: str, why: str) -> str:
-    """ "compared in bfloat16 (float32 would need ...)"; "" for plain float32."""
-    if dtype == "float32" and not why:
-        return ""
-    return f"compared in {dtype}" + (f" ({why})" if why else "")
-
-
 @dataclass
 class ConsumersAnswer:
     """The consumers' child's answer: each consumer, and our loader's comparison in full."""
@@ -327,7 +320,7 @@ def _probe(prepared: tuple[Any, Any, bool, Comparison], spec: dict[str, Any]) ->
     import fusion_core
 
     from ..run.loading import load
-    from .verify import compare_outputs
+    from .verify import compare_outputs, dtype_note
 
     cls, runs, trust, comparison = prepared
     dtype = comparison.dtype

@@ -45,8 +45,6 @@ def compare_outputs(
 
     if not runs:
         return {"passed": None, "summary": "outputs not compared: no input fits this model", "compared": ""}
-    from .consumers import dtype_note
-
     passed, worst, worst_rel, compared, bad = compare_runs(runs, exported, exact=not fused, dtype=dtype)
     atol, rtol = DTYPE_TOLERANCES[dtype]
     note = dtype_note(dtype, why)
@@ -71,6 +69,13 @@ def compare_outputs(
     else:
         result["differs"] = bad
     return result
+
+
+def dtype_note(dtype: str, why: str) -> str:
+    """ "compared in bfloat16 (float32 would need ...)"; "" for plain float32."""
+    if dtype == "float32" and not why:
+        return ""
+    return f"compared in {dtype}" + (f" ({why})" if why else "")
 
 
 _TOWERS = ("visual", "vision_tower", "vision_model", "vision_encoder", "image_encoder", "audio_tower", "audio_model")
