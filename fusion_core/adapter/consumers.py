@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from ..boundary.convert import from_plain, to_plain
-from ..errors import AdapterError, one_line
+from ..errors import AdapterError, naming, one_line
 from ..export.consumers import LOADS_EXACTLY, LOADS_WRONG, REFUSES
 from ..export.result import Consumer
-from ..run.isolated import child_for
+from ..run.isolated import child_for, killed_by
 
 __all__ = ["AdapterProbe", "ProbeAnswer"]
 
@@ -83,6 +83,15 @@ class AdapterProbe:
                     return ProbeAnswer(consumers, dict(data["outputs"]), dict(data["merged"]))
                 except (ValueError, KeyError, TypeError) as e:
                     raise AdapterError(f"the adapter verification's answer is not understood ({e})") from None
+        ended = killed_by(done.returncode)
+        if ended:
+            raise naming(
+                AdapterError(
+                    f"verifying the adapter with PEFT failed: its child was {ended}; nothing was written; "
+                    "skip the output check (verify_outputs) or use a machine with more memory"
+                ),
+                "verify_outputs",
+            )
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise AdapterError(f"verifying the adapter with PEFT failed ({one_line(last)}); nothing was written")
 

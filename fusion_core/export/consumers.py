@@ -16,13 +16,23 @@ exact for an original-layout export): the export is loaded here only, never in t
 The inputs are those of a check (:func:`fusion_core.export.verify.export_runs`: image+text,
 video+text, audio+text through the model's processor), and each run compares the main output
 and each vision or audio tower's output (``compared``). Each consumer gets a status:
-``"loads exactly"`` (outputs within the float32 tolerance of the source's), ``"refuses to
+``"loads exactly"`` (outputs within the tolerance of the comparison's dtype), ``"refuses to
 load"`` (an exception), ``"loads wrong"`` (missing or unexpected keys, or other outputs), or
 ``"loads, outputs not compared"`` (it loads, but no input could be made to run the source).
+
+Memory: the child holds one model at a time (the source's outputs are kept and the source
+freed before the export is loaded; each consumer's model is freed before the next loads).
+The source and every consumer are loaded at one dtype (:func:`comparison_dtype`): float32
+where one model's float32 weights (x :data:`MEMORY_MARGIN`) fit in the memory available, else
+the checkpoint's own dtype (a 16.6 GB bfloat16 checkpoint would need 33 GB per model in
+float32); the tolerance and the ``detail`` then say which dtype and why. The child prints
+what it loads next; when a signal ends it (SIGKILL: likely the kernel's out-of-memory
+killer), :meth:`ConsumerProbe.run` says "out of memory: ..." with what it was loading.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -31,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from ..boundary.convert import from_plain, to_plain
-from ..errors import ExportError, one_line
-from ..run.isolated import child_for
+from ..errors import ExportError, FusionError, naming, one_line
+from ..run.isolated import child_for, killed_by
 from .result import Consumer
 
 __all__ = [
@@ -40,6 +50,7 @@ __all__ = [
     "LOADS_NOT_COMPARED",
     "LOADS_WRONG",
     "REFUSES",
+    "comparison_dtype",
     "predicted_consumers",
     "transformers_accepts",
     "try_consumers",
@@ -50,6 +61,59 @@ LOADS_NOT_COMPARED = "loads, outputs not compared"
 REFUSES = "refuses to load"
 LOADS_WRONG = "loads wrong"
 _MARK = "FUSION_CORE_CONSUMERS "
+_STAGE = "FUSION_CORE_CONSUMERS_LOADING "
+#: one model's weights times this must fit for float32 (activations, the outputs kept, slack)
+MEMORY_MARGIN = 1.15
+_ST_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+
+
+@dataclass
+class Comparison:
+    """The dtype the consumers' child loads the source and each consumer at, and why."""
+
+    dtype: str
+    #: why it is not plain float32 ("" when float32 fits), e.g. "float32 would need 33.1 GiB, 21.9 GiB available"
+    why: str
+    #: bytes of one model's weights at ``dtype`` (0: unknown)
+    nbytes: int
+
+
+def comparison_dtype(folder: Path, requested: str = "auto") -> Comparison:
+    """The dtype to verify an export of ``folder`` at: float32 where one model's weights in
+    float32 (times :data:`MEMORY_MARGIN`) fit in the memory available now, else the
+    checkpoint's own dtype (the floating dtype holding most of its bytes, from its headers).
+
+    The child holds one model at a time (the source's outputs are kept, the source freed,
+    then each consumer in turn), so one model has to fit. ``requested`` other than ``"auto"``
+    is used as given (``"float32"``, ``"bfloat16"``, ``"float16"``).
+    """
+    from ..boundary.options import DTYPE_TOLERANCES
+    from ..model.checkpoint import read_index
+    from ..run.modules import _size, available_bytes, checkpoint_bytes
+
+    if requested != "auto" and requested not in DTYPE_TOLERANCES:
+        raise ExportError(f"cannot compare outputs in {requested!r:.40}; choose auto or {', '.join(DTYPE_TOLERANCES)}")
+    try:
+        ckpt = read_index(Path(folder))
+    except (FusionError, OSError, ValueError):
+        ckpt = None
+    if requested != "auto":
+        return Comparison(requested, "asked", checkpoint_bytes(ckpt, requested) if ckpt else 0)
+    if ckpt is None:
+        return Comparison("float32", "", 0)
+    need = checkpoint_bytes(ckpt, "float32")
+    have = available_bytes()
+    if have is None or need * MEMORY_MARGIN <= have:
+        return Comparison("float32", "", need)
+    why = f"float32 would need {_size(need * MEMORY_MARGIN)}, {_size(have)} available"
+    by_dtype: dict[str, int] = {}
+    for info in ckpt.tensors.values():
+        if info.dtype in _ST_DTYPES:
+            by_dtype[_ST_DTYPES[info.dtype]] = by_dtype.get(_ST_DTYPES[info.dtype], 0) + info.nbytes
+    stored = max(by_dtype, key=lambda d: by_dtype[d]) if by_dtype else "float32"
+    if stored == "float32":  # nothing smaller that is the checkpoint's own: try float32 all the same
+        return Comparison("float32", why + "; the checkpoint is float32", need)
+    return Comparison(stored, why, checkpoint_bytes(ckpt, stored))
 
 
 @dataclass
@@ -73,11 +137,24 @@ class ConsumerProbe:
         source_folder: the exported model's folder (the reference).
         paths: the fused module paths (their inputs shape the synthetic inputs).
         trust_remote_code: passed to both loaders.
+        dtype: the dtype the source and each consumer are loaded and compared at
+            (:func:`comparison_dtype`: ``"auto"`` is float32 where it fits in memory, else the
+            checkpoint's own dtype).
     """
 
-    def __init__(self, source_folder: Path, paths: list[str], *, trust_remote_code: bool = False) -> None:
+    def __init__(
+        self, source_folder: Path, paths: list[str], *, trust_remote_code: bool = False, dtype: str = "auto"
+    ) -> None:
+        self.comparison = comparison_dtype(source_folder, dtype)
+        self._source_name = Path(source_folder).name
         self._child = child_for("fusion_core.export.consumers", prefix="fusion-core-consumers-")
-        first = {"source": str(Path(source_folder).resolve()), "paths": paths, "trust_remote_code": trust_remote_code}
+        first = {
+            "source": str(Path(source_folder).resolve()),
+            "paths": paths,
+            "trust_remote_code": trust_remote_code,
+            "dtype": self.comparison.dtype,
+            "dtype_why": self.comparison.why,
+        }
         self._child.send(json.dumps(first))
 
     def run(self, written: Path, shown_as: Path, *, exact: bool = False, timeout: float = 1800) -> ConsumersAnswer:
@@ -87,11 +164,12 @@ class ConsumerProbe:
             written: the folder to load (the export, possibly not yet in place).
             shown_as: the path a user will load it from (used in ``how``).
             exact: our loader's outputs must equal the source's bitwise (an original-layout
-                export), not only within the float32 tolerance.
+                export), not only within the tolerance of the comparison's dtype.
             timeout: seconds before the probe is abandoned.
 
         Raises:
-            ExportError: the child process failed or did not answer, or its answer is not
+            ExportError: the child process failed or did not answer (killed by a signal: "out
+                of memory: ..." for SIGKILL, with what it was loading), or its answer is not
                 understood.
         """
         request = {"written": str(Path(written).resolve()), "shown_as": str(shown_as), "exact": exact}
@@ -108,8 +186,30 @@ class ConsumerProbe:
                     return from_plain(ConsumersAnswer, json.loads(line[len(_MARK) :]))
                 except ValueError as e:  # PlainDataError, JSONDecodeError
                     raise ExportError(f"the consumers' answer is not understood ({e}); nothing was written") from None
+        ended = killed_by(done.returncode)
+        if ended:
+            raise self._killed(ended, done.stdout)
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ExportError(f"trying the consumers of the export failed ({one_line(last)}); nothing was written")
+
+    def _killed(self, ended: str, stdout: str) -> ExportError:
+        """The error for a child a signal ended, naming what it was loading (its last stage line)."""
+        from ..run.modules import _size
+
+        what = next(
+            (x[len(_STAGE) :] for x in reversed(stdout.splitlines()) if x.startswith(_STAGE)),
+            f"the source model {self._source_name} (or about to)",
+        )
+        c = self.comparison
+        size = f", about {_size(c.nbytes)}" if c.nbytes else ""
+        oom = "out of memory: " if ended.startswith("killed by signal 9 ") else ""
+        return naming(
+            ExportError(
+                f"{oom}the consumers' child (loading {what} at {c.dtype}{size}) was {ended}; nothing was written; "
+                "skip the output check (verify_outputs) or use a machine with more memory"
+            ),
+            "verify_outputs",
+        )
 
     def close(self) -> None:
         """Stop the child when no export will be handed to it (an error, a cancel)."""
@@ -183,30 +283,48 @@ def predicted_consumers(plan: Any, layout: str, dest: str = "OUT") -> list[Consu
     return [ours, stock]
 
 
-def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool]:
-    """(the source model's class, its picked inputs and outputs or None, trust): before the export exists."""
+def _loading(what: str) -> None:
+    """Say what the child loads next (the parent names it if the child is killed, e.g. out of memory)."""
+    sys.stdout.write(f"\n{_STAGE}{what}\n")
+    sys.stdout.flush()
+
+
+def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, Comparison]:
+    """(the source model's class, its picked inputs and outputs or None, trust, the dtype):
+    before the export exists. The source is freed before this returns: its outputs are kept."""
     import torch
 
     from ..run.loading import load_plain
     from .verify import export_runs
 
     trust = bool(first["trust_remote_code"])
-    reference = load_plain(first["source"], dtype="float32", trust_remote_code=trust).eval()
+    source = Path(first["source"])
+    dtype = str(first.get("dtype") or "auto")
+    comparison = (
+        comparison_dtype(source, dtype) if dtype == "auto" else Comparison(dtype, first.get("dtype_why", ""), 0)
+    )
+    _loading(f"the source model {source.name}")
+    reference = load_plain(source, dtype=comparison.dtype, trust_remote_code=trust).eval()
+    cls = type(reference)
     with torch.inference_mode():
-        runs = export_runs(reference, list(first["paths"]), Path(first["source"]))
-    return type(reference), runs, trust
+        runs = export_runs(reference, list(first["paths"]), source)
+    del reference  # one model at a time: the consumers are loaded after this
+    gc.collect()
+    return cls, runs, trust, comparison
 
 
-def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> ConsumersAnswer:
+def _probe(prepared: tuple[Any, Any, bool, Comparison], spec: dict[str, Any]) -> ConsumersAnswer:
     import torch
     import transformers
 
     import fusion_core
 
     from ..run.loading import load
-    from .verify import compare_outputs
+    from .verify import compare_outputs, dtype_note
 
-    cls, runs, trust = prepared
+    cls, runs, trust, comparison = prepared
+    dtype = comparison.dtype
+    note = dtype_note(dtype, comparison.why)
     where = json.dumps(spec["shown_as"])
     exact = bool(spec.get("exact"))
     consumers: list[Consumer] = []
@@ -220,16 +338,25 @@ def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> ConsumersAn
         except Exception as e:  # any failure to load is the consumer refusing
             entry.detail = one_line(e, named=True, first=True)
             return
+        try:
+            rate(entry, model, problems, outputs)
+        finally:  # one model at a time: freed before the next consumer loads
+            del model
+            gc.collect()
+
+    def rate(entry: Consumer, model: Any, problems: list[str], outputs: bool) -> None:
         if problems:
             entry.status, entry.detail = LOADS_WRONG, "; ".join(problems)
         elif not runs:
             entry.status = LOADS_NOT_COMPARED
             entry.detail = "no missing or unexpected keys; no input could be made that the source model runs"
             if outputs:
-                answer.outputs = compare_outputs(runs, model, fused=True)
+                answer.outputs = compare_outputs(runs, model, fused=True, dtype=dtype, why=comparison.why)
         else:
             try:  # our loader's comparison is also the export's output check: exact where asked
-                compared = compare_outputs(runs, model.eval(), fused=not (outputs and exact))
+                compared = compare_outputs(
+                    runs, model.eval(), fused=not (outputs and exact), dtype=dtype, why=comparison.why
+                )
             except Exception as e:  # loads but cannot run: loaded wrong
                 entry.status = LOADS_WRONG
                 entry.detail = f"loads, but does not run: {one_line(e, named=True, first=True)}"
@@ -238,18 +365,24 @@ def _probe(prepared: tuple[Any, Any, bool], spec: dict[str, Any]) -> ConsumersAn
             entry.max_abs_diff, entry.compared = worst, compared["compared"]
             if compared["passed"]:
                 entry.status, entry.detail = LOADS_EXACTLY, f"outputs match (max abs diff {worst:.2g})"
+                if note:
+                    entry.detail = f"outputs match (max abs diff {worst:.2g}; {compared['tolerance']})"
             else:
                 entry.status = LOADS_WRONG
                 entry.detail = f"outputs differ from the source model's ({compared['differs']})"
+                if note:
+                    entry.detail = f"outputs differ from the source model's ({compared['differs']}; {note})"
             if outputs:
                 answer.outputs = compared
 
     def ours() -> tuple[Any, list[str]]:
-        return load(spec["written"], dtype="float32", trust_remote_code=trust).model, []
+        _loading("the export with fusion_core")
+        return load(spec["written"], dtype=dtype, trust_remote_code=trust).model, []
 
     def stock() -> tuple[Any, list[str]]:
+        _loading("the export with transformers")
         model, info = cls.from_pretrained(
-            spec["written"], dtype=torch.float32, output_loading_info=True, trust_remote_code=trust
+            spec["written"], dtype=getattr(torch, dtype), output_loading_info=True, trust_remote_code=trust
         )
         problems = []
         for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):

@@ -2,13 +2,16 @@
 
 It runs in the consumers' child process (:mod:`fusion_core.export.consumers`), which loads
 the export anyway: our loader's comparison there is the export's output check, so the
-export is loaded once, outside the caller's process. Both models are loaded in float32
-with our loader (never transformers' own fusion): the source as the plain original model,
+export is loaded once, outside the caller's process. Both models are loaded with our
+loader (never transformers' own fusion), one at a time, in float32 where one model fits in
+the memory available and else in the checkpoint's own dtype
+(:func:`fusion_core.export.consumers.comparison_dtype`; the tolerance and the consumers'
+``detail`` then say which dtype and why): the source as the plain original model,
 the export fused (its ``config.json`` carries ``fusion_config``) or plain (original
 layout). They run on the inputs a check uses (:func:`export_runs`: one run per modality
 the model takes, image+text, video+text, audio+text, through the model's processor; else
 the seeded synthetic inputs of :mod:`fusion_core.run.inputs`). Per run, the main output (logits, last hidden state...)
-and each vision or audio tower's output must match: within the float32 tolerance of
+and each vision or audio tower's output must match: within the tolerance of that dtype in
 :mod:`fusion_core.run.checks` for a fused export (the fused modules compute the same
 numbers in another order), exactly for an original-layout export (the same weights in the
 same modules).
@@ -24,11 +27,14 @@ if TYPE_CHECKING:
     import torch
 
 
-def compare_outputs(runs: list[Run], exported: Any, fused: bool) -> dict[str, Any]:
+def compare_outputs(
+    runs: list[Run], exported: Any, fused: bool, *, dtype: str = "float32", why: str = ""
+) -> dict[str, Any]:
     """Compare the loaded export's outputs with the source model's (the ``runs``) and summarise.
 
     Runs in the consumers' child (:mod:`fusion_core.export.consumers`), on the export as our
-    loader loads it: within the float32 tolerance for a fused export, exactly otherwise.
+    loader loads it: within the tolerance of ``dtype`` (the dtype both were loaded at; ``why``
+    it is not float32, said in ``tolerance``) for a fused export, exactly otherwise.
 
     Returns:
         A JSON-able summary: ``passed``, ``output``, ``inputs``, ``input_kind``,
@@ -39,9 +45,15 @@ def compare_outputs(runs: list[Run], exported: Any, fused: bool) -> dict[str, An
 
     if not runs:
         return {"passed": None, "summary": "outputs not compared: no input fits this model", "compared": ""}
-    passed, worst, worst_rel, compared, bad = compare_runs(runs, exported, exact=not fused)
-    atol, rtol = DTYPE_TOLERANCES["float32"]
-    tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref| (float32)" if fused else "exact"
+    passed, worst, worst_rel, compared, bad = compare_runs(runs, exported, exact=not fused, dtype=dtype)
+    atol, rtol = DTYPE_TOLERANCES[dtype]
+    note = dtype_note(dtype, why)
+    if not fused:
+        tolerance = f"exact, {note}" if note else "exact"
+    elif note:
+        tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref| ({note}, {dtype} tolerance)"
+    else:
+        tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref| (float32)"
     result: dict[str, Any] = {
         "output": next(iter(runs[0].outputs)),
         "inputs": runs[0].inputs.shapes(),
@@ -57,6 +69,13 @@ def compare_outputs(runs: list[Run], exported: Any, fused: bool) -> dict[str, An
     else:
         result["differs"] = bad
     return result
+
+
+def dtype_note(dtype: str, why: str) -> str:
+    """ "compared in bfloat16 (float32 would need ...)"; "" for plain float32."""
+    if dtype == "float32" and not why:
+        return ""
+    return f"compared in {dtype}" + (f" ({why})" if why else "")
 
 
 _TOWERS = ("visual", "vision_tower", "vision_model", "vision_encoder", "image_encoder", "audio_tower", "audio_model")
@@ -144,9 +163,12 @@ def export_runs(model: Any, paths: list[str], folder: Path | None) -> list[Run]:
     return runs
 
 
-def compare_runs(runs: list[Run], model: Any, exact: bool) -> tuple[bool, float, float, str, str]:
-    """``model``'s outputs against each run's reference: (passed, max abs diff, max rel diff,
-    what was compared ("image+text: logits, vision tower; ..."), the first difference or "")."""
+def compare_runs(
+    runs: list[Run], model: Any, exact: bool, dtype: str = "float32"
+) -> tuple[bool, float, float, str, str]:
+    """``model``'s outputs against each run's reference, within ``dtype``'s tolerance (or
+    exactly): (passed, max abs diff, max rel diff, what was compared ("image+text: logits,
+    vision tower; ..."), the first difference or "")."""
     import torch
 
     from ..run.checks import compare
@@ -160,7 +182,7 @@ def compare_runs(runs: list[Run], model: Any, exact: bool) -> tuple[bool, float,
                 passed = False
                 first_bad = first_bad or f"{run.label} {name}: not produced"
                 continue
-            c = compare(want, got[name], "float32")
+            c = compare(want, got[name], dtype)
             ok = bool(got[name].shape == want.shape and torch.equal(got[name], want)) if exact else c.passed
             worst, worst_rel = max(worst, c.max_abs_diff), max(worst_rel, c.max_rel_diff or 0.0)
             if not ok:

@@ -29,6 +29,7 @@ __all__ = [
     "close_zygote",
     "isolated_command",
     "keep_spares",
+    "killed_by",
     "refill_spares",
     "run_isolated",
     "use_zygote",
@@ -50,6 +51,21 @@ def isolated_command(module: str) -> tuple[list[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     return [sys.executable, "-I", "-c", _BOOT, _ROOT, module], env
+
+
+def killed_by(returncode: int | None) -> str:
+    """How a child that a signal ended ended, e.g. "killed by signal 9 (SIGKILL, the kernel's
+    out-of-memory killer?)"; "" when it exited by itself (``returncode`` as
+    :attr:`subprocess.Popen.returncode`: negative for a signal)."""
+    if returncode is None or returncode >= 0:
+        return ""
+    number = -returncode
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = "an unknown signal"
+    oom = ", the kernel's out-of-memory killer?" if number == signal.SIGKILL else ""
+    return f"killed by signal {number} ({name}{oom})"
 
 
 def run_isolated(module: str, stdin: str, *, timeout: float, prefix: str) -> subprocess.CompletedProcess[str]:

@@ -17,6 +17,7 @@ from ..errors import CheckError
 if TYPE_CHECKING:
     from torch import nn
 
+    from ..model.checkpoint import CheckpointIndex
     from ..plan.fusion_plan import FusionPlan
 
 GIB = 2**30
@@ -39,11 +40,16 @@ def available_bytes() -> int | None:
 
 def model_bytes(plan: FusionPlan, dtype: str) -> int:
     """Bytes of the model's weights in ``dtype`` (from the checkpoint's headers)."""
-    import torch
-
     ckpt = plan.source.checkpoint
     if ckpt is None:
         return 0
+    return checkpoint_bytes(ckpt, dtype)
+
+
+def checkpoint_bytes(ckpt: CheckpointIndex, dtype: str) -> int:
+    """Bytes of a checkpoint's tensors, each held in ``dtype`` (from its headers)."""
+    import torch
+
     size = torch.empty((), dtype=getattr(torch, dtype)).element_size()
     return sum(info.nbytes // max(1, _itemsize(info.dtype)) * size for info in ckpt.tensors.values())
 

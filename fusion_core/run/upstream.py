@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..boundary.convert import from_plain, to_plain
 from ..boundary.options import Workload
 from ..errors import one_line
-from .isolated import WarmChild, child_for
+from .isolated import WarmChild, child_for, killed_by
 from .results import CheckResult, UpstreamFamily, UpstreamReport
 
 if TYPE_CHECKING:
@@ -159,7 +159,8 @@ def _run_worker(request: dict[str, Any], child: WarmChild) -> UpstreamReport:
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(MARKER)), None)
     if line is None:
         tail = " ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
-        error = f"the upstream worker exited with status {proc.returncode} without a result: {tail}"
+        ended = killed_by(proc.returncode) or f"exited with status {proc.returncode}"
+        error = f"the upstream worker {ended} without a result: {tail}"
         return UpstreamReport(available=True, error=error)
     try:
         report = from_plain(UpstreamReport, json.loads(line[len(MARKER) :]))

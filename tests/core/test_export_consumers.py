@@ -7,6 +7,7 @@ found by the export actually loading what it wrote; the tests also load it again
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +237,73 @@ def test_cli_plan_and_export_read_the_checkpoint_own_fusion_config(tiny, tmp_pat
     assert sorted(read_index(tmp_path / "orig").tensors) == sorted(read_index(src).tensors)
     assert main(["export", str(src), str(tmp_path / "none")]) == 2
     assert "no fusion_config to reuse" in capsys.readouterr().err
+
+
+def _probe_run(probe: Any, written: Path) -> Any:
+    try:
+        return probe.run(written, written)
+    finally:
+        probe.close()
+
+
+def test_forced_bfloat16_comparison_loads_exactly_and_says_so(tiny, tmp_path: Path) -> None:
+    """The consumers' child loads the source and each consumer at the dtype asked, and says so."""
+    from fusion_core.export.consumers import ConsumerProbe
+
+    src = tiny("llama")
+    export(src, tmp_path / "out", {"qkv": True}, verify_outputs=False)
+    paths = ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+    answer = _probe_run(ConsumerProbe(src, paths, dtype="bfloat16"), tmp_path / "out")
+    ours = answer.consumers[0]
+    assert ours.status == "loads exactly", ours.detail
+    note = "compared in bfloat16 (asked), bfloat16 tolerance"
+    assert ours.detail.endswith(f"* max|ref| ({note}))")
+    assert answer.outputs["tolerance"] == f"|diff| <= 0.01 + 0.02 * max|ref| ({note})"
+    assert answer.outputs["passed"]
+    # what the child does, here: the source is run in bfloat16 (its outputs are the reference)
+    from fusion_core.export.consumers import _prepare
+
+    first = {"source": str(src), "paths": paths, "trust_remote_code": False, "dtype": "bfloat16"}
+    _cls, runs, _trust, comparison = _prepare(first)
+    assert comparison.dtype == "bfloat16" and runs
+    assert {t.dtype for r in runs for t in r.outputs.values()} == {torch.bfloat16}
+
+
+def test_comparison_dtype_is_the_checkpoint_own_when_float32_does_not_fit(tmp_path: Path, monkeypatch) -> None:
+    import transformers
+
+    from fusion_core.export.consumers import comparison_dtype
+    from fusion_core.run import modules
+
+    config, cls = _build("llama")
+    torch.manual_seed(0)
+    cls(config).to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "bf16").dtype == torch.bfloat16
+    assert comparison_dtype(tmp_path / "bf16").dtype == "float32"  # a tiny model fits here
+    monkeypatch.setattr(modules, "available_bytes", lambda: 1000)  # less than the float32 weights
+    got = comparison_dtype(tmp_path / "bf16")
+    assert got.dtype == "bfloat16" and re.fullmatch(r"float32 would need \d+ MiB, 0 MiB available", got.why)
+    assert got.nbytes == sum(p.numel() * 2 for p in cls(config).parameters())
+
+
+def test_consumers_child_killed_by_sigkill_says_out_of_memory(tiny, tmp_path: Path) -> None:
+    import os
+    import signal
+
+    from fusion_core.cli.main import _message
+    from fusion_core.export.consumers import ConsumerProbe
+
+    probe = ConsumerProbe(tiny("llama"), [])
+    proc = probe._child.proc
+    pid = proc.wait_forked(120) if hasattr(proc, "wait_forked") else proc.pid
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(ExportError) as caught:
+        _probe_run(probe, tmp_path / "out")
+    text = str(caught.value)
+    assert text.startswith("out of memory: the consumers' child (loading the source model llama")
+    assert " at float32, about " in text and "no output" not in text
+    assert text.endswith(
+        "was killed by signal 9 (SIGKILL, the kernel's out-of-memory killer?); nothing was written; "
+        "skip the output check (verify_outputs) or use a machine with more memory"
+    )
+    assert "skip the output check (--no-verify-outputs)" in _message(caught.value, "export")
