@@ -202,13 +202,14 @@ def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Pro
         result.seconds = time.perf_counter() - t0
         return result
     child = None
-    if options.upstream:  # asked at once: its imports and its run overlap our loading
+    room = _upstream_room(plan, workload) if options.upstream else ""
+    if room == "beside":  # asked at once: its imports and its run overlap our loading
         from .upstream import start_upstream
 
         # None when transformers knows none of the plan's families
         child = start_upstream(plan, workload)
     try:
-        yield from _checks(plan, options, result, child)
+        yield from _checks(plan, options, result, child, room)
     finally:
         if child is not None:
             child.close()
@@ -217,8 +218,26 @@ def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Pro
     return result
 
 
+def _upstream_room(plan: FusionPlan, workload: Workload) -> str:
+    """When upstream parity can run: ``"beside"`` ours (two copies of the weights fit),
+    ``"after"`` ours is freed (one fits), else why it is skipped. Its child holds one model
+    at a time; it never offloads."""
+    from .modules import available_bytes, model_bytes
+    from .offload import HEADROOM, gib
+
+    if not str(workload.device).startswith("cpu"):
+        return "beside"
+    need = model_bytes(plan, workload.dtype) * HEADROOM
+    have = available_bytes()
+    if have is None or 2 * need <= have:
+        return "beside"
+    if need <= have:
+        return "after"
+    return f"skipped: transformers' own fused load needs the whole model in memory ({gib(need)}), {gib(have)} available"
+
+
 def _checks(
-    plan: FusionPlan, options: CheckOptions, result: CheckResult, child: Any
+    plan: FusionPlan, options: CheckOptions, result: CheckResult, child: Any, room: str = "beside"
 ) -> Generator[Progress, None, None]:
     """The checks of :func:`_run` past the plan: modules, end to end, verdicts, upstream (``child``)."""
     from dataclasses import replace
@@ -269,8 +288,15 @@ def _checks(
             f"no speed verdict for {', '.join(n for n, _ in few)}: {few[0][1].verdict_reason} "
             "(raise the rounds or the time budget)"
         )
-    if options.upstream:
-        yield Progress(5, 6, "upstream parity (separate process)")
+    if options.upstream and room.startswith("skipped"):
+        import transformers
+
+        from .results import UpstreamReport
+
+        result.upstream = UpstreamReport(available=False, transformers_version=transformers.__version__, summary=room)
+    elif options.upstream:
+        after = " (after ours was freed: one copy of the weights at a time)" if room == "after" else ""
+        yield Progress(5, 6, f"upstream parity (separate process){after}")
         from .upstream import run_upstream
 
         result.upstream = run_upstream(plan, workload, result, child)
@@ -328,6 +354,7 @@ def _one_copy(
         runs, captured, skipped = _end_to_end_inputs(original, paths, workload, src, options)
         yield Progress(3, 6, "fusing: twins that share the original's weights")
         switch = Switch(original, plan, [p for p in paths if p not in on_disk])
+        on_disk += list(switch.untwinned)  # checked alone too
         result.load = _load_report(plan, switch, dtype, device, time.perf_counter() - t0)
         settle()
         for i, path in enumerate(paths):

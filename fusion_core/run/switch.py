@@ -46,6 +46,14 @@ def _shallow_tree(module: nn.Module) -> nn.Module:
     for name, value in list(new.__dict__.items()):
         if name.endswith("_hooks") or name.endswith("hooks_with_kwargs") or name.endswith("hooks_always_called"):
             new.__dict__[name] = OrderedDict(value) if isinstance(value, OrderedDict) else copy.copy(value)
+    # accelerate's hooks (a device_map) replace ``forward`` on the instance with a partial bound
+    # to *this* module: a copy would run the original's forward. The twin's weights are in
+    # memory (offloaded modules get none), so it runs its own class's forward, unhooked.
+    if "_hf_hook" in new.__dict__:
+        for name in ("forward", "_hf_hook", "_old_forward"):
+            new.__dict__.pop(name, None)
+    elif "forward" in new.__dict__:
+        raise ValueError(f"{type(module).__name__} has a forward of its own instance; cannot make a fused twin of it")
     return new
 
 
@@ -130,13 +138,19 @@ class Switch:
         self.original: dict[str, nn.Module] = {}
         self.fused: dict[str, nn.Module] = {}
         self._slots: dict[str, tuple[nn.Module, str]] = {}
+        self.untwinned: dict[str, str] = {}  # path -> why it has no twin (it is checked alone)
         for path in paths:
             head, _, name = path.rpartition(".")
             parent = model.get_submodule(head) if head else model
             module = parent._modules[name]
             assert module is not None
+            try:
+                twin = fused_twin(plan.spec(plan.matched_paths[path]), module)
+            except ValueError as e:
+                self.untwinned[path] = str(e)
+                continue
             self.original[path] = module
-            self.fused[path] = fused_twin(plan.spec(plan.matched_paths[path]), module)
+            self.fused[path] = twin
             self._slots[path] = (parent, name)
         self.is_fused = False
 

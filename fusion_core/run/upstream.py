@@ -239,6 +239,8 @@ def summarize(r: UpstreamReport) -> str:
 
 
 def _worker(request: dict[str, Any]) -> UpstreamReport:
+    import gc
+
     import torch
 
     from ..model.sources import resolve
@@ -256,6 +258,9 @@ def _worker(request: dict[str, Any]) -> UpstreamReport:
     original = load_plain(src, dtype=dtype)
     inputs, _captured, out_original = capture_and_run(original, paths, request["seed"], "cpu", workload)
     _, reference = main_output(out_original)
+    original_classes = {p: type(original.get_submodule(p)).__name__ for p in paths}
+    del original, _captured, out_original  # one model at a time in this process too (issue 35)
+    gc.collect()
     loader, _note = weights_loader(src.model_class)
     kwargs = {"config": plain_config(src.config), "dtype": dtype, "output_loading_info": True}
     try:
@@ -279,12 +284,13 @@ def _worker(request: dict[str, Any]) -> UpstreamReport:
     comparison = compare(reference, fused_out, request["dtype"])
     out.max_abs_diff = comparison.max_abs_diff
     out.within_tolerance = comparison.passed
-    del model, entry
+    del model, entry, fused_out
+    gc.collect()
     # the leak: a plain load of the same checkpoint, same process, after the fused one
     try:
         plain, _info = loader(request["folder"], **kwargs)
         classes = {p: type(plain.get_submodule(p)).__name__ for p in paths}
-        still = [f"{p} is {c}" for p, c in classes.items() if c != type(original.get_submodule(p)).__name__]
+        still = [f"{p} is {c}" for p, c in classes.items() if c != original_classes[p]]
         out.leak = bool(still)
         out.leak_detail = (
             f"a later plain from_pretrained in the same process is still fused ({', '.join(still)})" if still else ""

@@ -73,10 +73,35 @@ def _anon_kb(pid: int) -> int:
     return 0
 
 
-def _check(folder: Path, image: Path, *extra: str) -> tuple[dict, int]:
+WRONG = """
+from fusion_core.families.patch_embeddings import PatchEmbeddingsFusion
+
+
+class ShiftedPatch(PatchEmbeddingsFusion):
+    name = "test_shifted_patch"
+
+    def make_fused_class(self, original_cls):
+        fused = super().make_fused_class(original_cls)
+
+        def forward(module, *args, **kwargs):
+            return fused.forward(module, *args, **kwargs) + 1.0
+
+        return type(fused.__name__, (fused,), {"forward": forward, "__module__": fused.__module__})
+"""
+
+
+def _check(
+    folder: Path,
+    image: Path,
+    *extra: str,
+    patch: str = "patch_embeddings",
+    rc: int = 0,
+    family_file: Path | None = None,
+) -> tuple[dict, int]:
     """``fusion-core check --json`` in a fresh process: (its answer, its peak anonymous memory in bytes)."""
-    cmd = [sys.executable, "-m", "fusion_core", "check", str(folder), "--fusion", "patch_embeddings"]
-    cmd += ["--fusion", "gate_up", "--dtype", "bfloat16", "--image", str(image), "--no-upstream"]
+    cmd = [sys.executable, "-m", "fusion_core", *(["--family-file", str(family_file)] if family_file else [])]
+    cmd += ["check", str(folder), "--fusion", patch, "--fusion", "gate_up"]
+    cmd += ["--dtype", "bfloat16", "--image", str(image), "--no-upstream"]
     cmd += ["--time-budget", "0", "--json", *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
@@ -92,7 +117,7 @@ def _check(folder: Path, image: Path, *extra: str) -> tuple[dict, int]:
     sampler.start()
     out, err = proc.communicate(timeout=600)
     sampler.join()
-    assert proc.returncode == 0, err[-2000:]
+    assert proc.returncode == rc, err[-2000:]
     return json.loads(out), peak * 1024
 
 
@@ -119,3 +144,20 @@ def test_a_check_beyond_max_memory_is_offloaded_and_runs_end_to_end(mid_vlm: Pat
         f"peak anonymous memory: {peak_free / MB:.0f} MB unbounded, {peak_bounded / MB:.0f} MB with {budget / MB:.0f} MB"
     )
     assert peak_free - peak_bounded > 0.4 * weights, (peak_free / MB, peak_bounded / MB, weights / MB)
+
+
+def test_a_wrong_fusion_fails_when_offloaded(mid_vlm: Path, tmp_path: Path) -> None:
+    """Blocks kept in memory under a device_map carry accelerate's hooks, which replace the
+    instance's forward: a fused twin must run its own forward, never the original's copied
+    hook (that would compare the original with itself and pass anything)."""
+    family = tmp_path / "shifted.py"
+    family.write_text(WRONG)
+    weights = sum(f.stat().st_size for f in mid_vlm.glob("*.safetensors")) // 2
+    answer, _ = _check(
+        mid_vlm, _image(tmp_path), "--max-memory", str(weights // 2),
+        patch="test_shifted_patch", rc=1, family_file=family,
+    )  # fmt: skip
+    assert any(m.startswith("memory: ") and "offloaded" in m for m in answer["messages"])
+    patch = next(m for m in answer["modules"] if m["family"] == "test_shifted_patch")
+    assert patch["verified_by"] == "end-to-end inputs" and not patch["passed"]
+    assert patch["comparison"]["max_abs_diff"] >= 0.99
