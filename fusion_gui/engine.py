@@ -152,7 +152,7 @@ class Engine(QObject):
     def _on_finished(self, proc: QProcess, code: int, status: QProcess.ExitStatus) -> None:
         if proc is not self._proc or self._stopping or QCoreApplication.closingDown():
             return
-        how = f"exit code {code}" if status == QProcess.ExitStatus.NormalExit else "crashed"
+        how = f"exit code {code}" if status == QProcess.ExitStatus.NormalExit else _crashed(code)
         tail = self._stderr_tail.strip().splitlines()[-3:]
         said = f" (it wrote: {' | '.join(tail)})" if tail else ""
         running = ", ".join(sorted({j.name for j in self._jobs.values()})) or "nothing"
@@ -339,3 +339,16 @@ def _alive(engine: Engine) -> bool:
     except RuntimeError:  # its C++ object went with the application
         return False
     return True
+
+
+def _crashed(code: int) -> str:
+    """How the engine crashed: on Unix QProcess gives the signal's number as the exit code of a
+    crash, and SIGKILL is most often the kernel's out-of-memory killer (a model too large)."""
+    from fusion_core.run.isolated import killed_by
+
+    if code > 0:
+        said = killed_by(-code)
+        if said:
+            oom = "; out of memory? set a memory budget in the workload" if "out-of-memory" in said else ""
+            return f"crashed: {said}{oom}"
+    return "crashed"

@@ -68,7 +68,7 @@ _ST_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 
 @dataclass
-class Comparison:
+class CompareAt:
     """The dtype the consumers' child loads the source and each consumer at, and why."""
 
     dtype: str
@@ -78,7 +78,7 @@ class Comparison:
     nbytes: int
 
 
-def comparison_dtype(folder: Path, requested: str = "auto") -> Comparison:
+def comparison_dtype(folder: Path, requested: str = "auto") -> CompareAt:
     """The dtype to verify an export of ``folder`` at: float32 where one model's weights in
     float32 (times :data:`MEMORY_MARGIN`) fit in the memory available now, else the
     checkpoint's own dtype (the floating dtype holding most of its bytes, from its headers).
@@ -98,13 +98,13 @@ def comparison_dtype(folder: Path, requested: str = "auto") -> Comparison:
     except (FusionError, OSError, ValueError):
         ckpt = None
     if requested != "auto":
-        return Comparison(requested, "asked", checkpoint_bytes(ckpt, requested) if ckpt else 0)
+        return CompareAt(requested, "asked", checkpoint_bytes(ckpt, requested) if ckpt else 0)
     if ckpt is None:
-        return Comparison("float32", "", 0)
+        return CompareAt("float32", "", 0)
     need = checkpoint_bytes(ckpt, "float32")
     have = available_bytes()
     if have is None or need * MEMORY_MARGIN <= have:
-        return Comparison("float32", "", need)
+        return CompareAt("float32", "", need)
     why = f"float32 would need {_size(need * MEMORY_MARGIN)}, {_size(have)} available"
     by_dtype: dict[str, int] = {}
     for info in ckpt.tensors.values():
@@ -112,8 +112,8 @@ def comparison_dtype(folder: Path, requested: str = "auto") -> Comparison:
             by_dtype[_ST_DTYPES[info.dtype]] = by_dtype.get(_ST_DTYPES[info.dtype], 0) + info.nbytes
     stored = max(by_dtype, key=lambda d: by_dtype[d]) if by_dtype else "float32"
     if stored == "float32":  # nothing smaller that is the checkpoint's own: try float32 all the same
-        return Comparison("float32", why + "; the checkpoint is float32", need)
-    return Comparison(stored, why, checkpoint_bytes(ckpt, stored))
+        return CompareAt("float32", why + "; the checkpoint is float32", need)
+    return CompareAt(stored, why, checkpoint_bytes(ckpt, stored))
 
 
 @dataclass
@@ -289,7 +289,7 @@ def _loading(what: str) -> None:
     sys.stdout.flush()
 
 
-def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, Comparison]:
+def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, CompareAt]:
     """(the source model's class, its picked inputs and outputs or None, trust, the dtype):
     before the export exists. The source is freed before this returns: its outputs are kept."""
     import torch
@@ -300,9 +300,7 @@ def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, Comparison]:
     trust = bool(first["trust_remote_code"])
     source = Path(first["source"])
     dtype = str(first.get("dtype") or "auto")
-    comparison = (
-        comparison_dtype(source, dtype) if dtype == "auto" else Comparison(dtype, first.get("dtype_why", ""), 0)
-    )
+    comparison = comparison_dtype(source, dtype) if dtype == "auto" else CompareAt(dtype, first.get("dtype_why", ""), 0)
     _loading(f"the source model {source.name}")
     reference = load_plain(source, dtype=comparison.dtype, trust_remote_code=trust).eval()
     cls = type(reference)
@@ -313,7 +311,7 @@ def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, Comparison]:
     return cls, runs, trust, comparison
 
 
-def _probe(prepared: tuple[Any, Any, bool, Comparison], spec: dict[str, Any]) -> ConsumersAnswer:
+def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> ConsumersAnswer:
     import torch
     import transformers
 

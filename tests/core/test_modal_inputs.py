@@ -189,11 +189,11 @@ def test_nothing_to_run_is_not_loads_exactly(llama_dir: Path, tmp_path: Path) ->
     from transformers import LlamaForCausalLM
 
     from fusion_core import export
-    from fusion_core.export.consumers import LOADS_NOT_COMPARED, _probe
+    from fusion_core.export.consumers import LOADS_NOT_COMPARED, _probe, comparison_dtype
 
     export(llama_dir, tmp_path / "out", {"qkv": True}, verify_outputs=False)
     spec = {"written": str(tmp_path / "out"), "shown_as": str(tmp_path / "out")}
-    answer = _probe((LlamaForCausalLM, [], False), spec)
+    answer = _probe((LlamaForCausalLM, [], False, comparison_dtype(llama_dir)), spec)
     ours = answer.consumers[0]
     assert ours.status == LOADS_NOT_COMPARED == "loads, outputs not compared" and ours.compared == ""
     assert "no input could be made" in ours.detail

@@ -105,6 +105,7 @@ def test_an_engine_crash_fails_the_job_and_the_window_goes_on(qtbot, window, ope
         os.kill(old_pid, signal.SIGKILL)  # a crash in native code, as a segfault in a model would end it
     assert ended.args[:2] == ["checks", "failed"]
     assert isinstance(failures[0], EngineStopped) and "started again" in str(failures[0])
+    assert "killed by signal 9 (SIGKILL, the kernel's out-of-memory killer?)" in str(failures[0])
     qtbot.waitUntil(lambda: engine.pid not in (0, old_pid), timeout=60_000)
     # the new engine has the model open again: plans, checks and the tree work as before
     only_fusions(window, "patch_embeddings", "qkv")
