@@ -40,12 +40,16 @@ GIB = 2**30
 FORWARD = """
 import sys, torch
 from PIL import Image
-from transformers import AutoProcessor, Qwen2VLForConditionalGeneration
+from transformers import AutoImageProcessor, AutoTokenizer, Qwen2VLForConditionalGeneration
 folder, image = sys.argv[1], sys.argv[2]
 model = Qwen2VLForConditionalGeneration.from_pretrained(folder, dtype=torch.bfloat16).eval()
-processor = AutoProcessor.from_pretrained(folder)
-tokens = processor.image_token + " describe this picture in detail, please" * 8
-inputs = processor(images=[Image.open(image).convert("RGB")], text=[tokens], return_tensors="pt")
+# the image processor and tokenizer alone: AutoProcessor also wants a video processor (torchvision)
+pixels = AutoImageProcessor.from_pretrained(folder)(images=[Image.open(image).convert("RGB")], return_tensors="pt")
+n = int(pixels["image_grid_thw"].prod()) // 4  # image tokens after the 2x2 merge
+tokenizer = AutoTokenizer.from_pretrained(folder)
+ids = [502] + [500] * n + [503] + tokenizer(" describe this picture in detail, please" * 8)["input_ids"]
+inputs = {**pixels, "input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+inputs["mm_token_type_ids"] = (inputs["input_ids"] == 500).long()
 with torch.inference_mode():
     model(**inputs)
 """

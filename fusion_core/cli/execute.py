@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..boundary.options import DTYPES
+from ..boundary.options import DTYPES, parse_size
 from ..run.results import MIN_VERDICT_ROUNDS
 from .args import device_arg, seed_arg
 from .output import print_json, printable, run_with_progress, say, table
@@ -15,11 +15,17 @@ from .output import print_json, printable, run_with_progress, say, table
 #: (pytest's "no tests ran" is 5 too)
 EXIT_NOTHING_CHECKED = 5
 
+MAX_MEMORY_HELP = (
+    "memory the weights may take, e.g. 6GiB (accelerate's max_memory); beyond it they stay on disk and are "
+    "read for each call (default: the memory available)"
+)
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("load", help="load a model with fusion applied and print the load report")
     p.add_argument("model", help="folder, config.json, demo:<name> or org/name (with weights)")
     _common(p)
+    p.add_argument("--max-memory", metavar="SIZE", help=MAX_MEMORY_HELP)
     p.set_defaults(func=cmd_load)
 
     p = sub.add_parser("check", help="check fused vs original: error and speed, per module and end to end")
@@ -57,8 +63,7 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     w.add_argument(
         "--max-memory", metavar="SIZE",
-        help="memory the weights may take, e.g. 6GiB (accelerate's max_memory); beyond it they are read "
-        "from disk for each call (default: the memory available)",
+        help=MAX_MEMORY_HELP,
     )  # fmt: skip
     p.add_argument(
         "--no-upstream", action="store_true", help="skip the upstream parity check (transformers' own fusion)"
@@ -95,7 +100,8 @@ def _plan(args: argparse.Namespace) -> Any:
 def cmd_load(args: argparse.Namespace) -> int:
     from ..run.loading import iter_load
 
-    gen = iter_load(_plan(args), dtype=args.dtype, device=args.device)
+    budget = None if args.max_memory is None else parse_size(args.max_memory, "max_memory")
+    gen = iter_load(_plan(args), dtype=args.dtype, device=args.device, max_memory=budget)
     result = run_with_progress(gen, desc="load", quiet=args.json)
     report = result.report()
     if args.json:

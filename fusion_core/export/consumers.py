@@ -295,7 +295,7 @@ def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, CompareAt]:
     import torch
 
     from ..run.loading import load_plain
-    from .verify import export_runs
+    from .verify import export_runs, rounding_floors
 
     trust = bool(first["trust_remote_code"])
     source = Path(first["source"])
@@ -306,6 +306,8 @@ def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, CompareAt]:
     cls = type(reference)
     with torch.inference_mode():
         runs = export_runs(reference, list(first["paths"]), source)
+    if comparison.dtype != "float32" and runs:
+        rounding_floors(reference, runs, list(first["paths"]), comparison.dtype)
     del reference  # one model at a time: the consumers are loaded after this
     gc.collect()
     return cls, runs, trust, comparison

@@ -19,7 +19,7 @@ same modules).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,8 @@ def compare_outputs(
     if not fused:
         tolerance = f"exact, {note}" if note else "exact"
     elif note:
-        tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref| ({note}, {dtype} tolerance)"
+        floors = " or 2x the rounding floor" if any(r.floors for r in runs) else ""
+        tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref|{floors} ({note}, {dtype} tolerance)"
     else:
         tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref| (float32)"
     result: dict[str, Any] = {
@@ -97,6 +98,8 @@ class Run:
 
     inputs: Any
     outputs: dict[str, Any]
+    #: per output, its rounding floor at a reduced precision (:func:`rounding_floors`; empty: not measured)
+    floors: dict[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -163,6 +166,28 @@ def export_runs(model: Any, paths: list[str], folder: Path | None) -> list[Run]:
     return runs
 
 
+def rounding_floors(model: Any, runs: list[Run], paths: list[str], dtype: str) -> None:
+    """Each run's rounding floor, in place: how far the source's outputs move when the modules
+    at ``paths`` (the ones the export fuses) are computed in float32. At a reduced precision a
+    difference of one unit in the last place grows through the layers beyond the dtype's
+    tolerance; a fused export passes within :data:`~fusion_core.run.results.FLOOR_FACTOR`
+    times this floor (as a check does), a wrong one moves the outputs by their own order."""
+    import torch
+
+    from ..run.checks import compare
+    from ..run.loading import torch_dtype
+    from ..run.switch import in_float32
+
+    with torch.inference_mode(), in_float32(model, paths, torch_dtype(dtype)):
+        for run in runs:
+            got = run_outputs(model, run.inputs)
+            for name, want in run.outputs.items():
+                if name in got:
+                    c = compare(want, got[name], dtype)
+                    if c.max_abs_diff == c.max_abs_diff:  # not NaN
+                        run.floors[name] = c.max_abs_diff
+
+
 def compare_runs(
     runs: list[Run], model: Any, exact: bool, dtype: str = "float32"
 ) -> tuple[bool, float, float, str, str]:
@@ -183,6 +208,7 @@ def compare_runs(
                 first_bad = first_bad or f"{run.label} {name}: not produced"
                 continue
             c = compare(want, got[name], dtype)
+            c.floor = run.floors.get(name, 0.0)
             ok = bool(got[name].shape == want.shape and torch.equal(got[name], want)) if exact else c.passed
             worst, worst_rel = max(worst, c.max_abs_diff), max(worst_rel, c.max_rel_diff or 0.0)
             if not ok:

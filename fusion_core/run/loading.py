@@ -324,8 +324,15 @@ def iter_load(
     *,
     dtype: str | torch.dtype = "float32",
     device: str = "cpu",
+    max_memory: int | None = None,
 ) -> Generator[Progress, None, LoadResult]:
     """Load the model of ``plan`` with the plan applied, as a progress generator.
+
+    When the weights at ``dtype`` do not fit in ``max_memory`` (bytes; default: the memory
+    available), an original-layout checkpoint loads through accelerate's ``device_map``
+    (:mod:`fusion_core.run.offload`): blocks beyond the budget stay on disk and are read for
+    each call, and the matched modules among them stay unfused (said in ``messages``): a
+    fused module needs its weights in memory.
 
     Args:
         plan: the :class:`FusionPlan` to run (what the user previewed; a model with weights).
@@ -362,17 +369,36 @@ def iter_load(
     config = plain_config(src.config)
     notes = [rebuilt, *plan.messages] if rebuilt else list(plan.messages)
     info: dict[str, Any] = {}
+    memory = None
+    if layout != "fused" and str(device).startswith("cpu"):
+        from .offload import memory_plan
+
+        memory = memory_plan(plan, dtype_name, device, max_memory)
+        if memory.offloaded or memory.asked:
+            notes.append(f"memory: {memory.describe()}")
     if layout == "fused":
         # fused classes exist only while the skeleton is built and filled; never across a yield
         with scoped_patch(plan.patch_mapping):
             model = from_pretrained(src, config, wanted, notes=notes, info_out=info)
+    elif memory is not None and memory.offloaded:
+        model = _offloaded(src, config, wanted, memory, notes, info)
     else:
         model = from_pretrained(src, config, wanted, notes=notes, info_out=info)
+    on_disk = []
+    if memory is not None and memory.offloaded:
+        from .switch import offloaded_paths
+
+        on_disk = offloaded_paths(model, [m.path for m, _ in matched])
+        if on_disk:
+            notes.append(f"{len(on_disk)} matched module(s) left unfused: their weights are on disk ({on_disk[0]}, …)")
     fused: list[str] = []
     for i, (match, spec) in enumerate(matched):
         yield Progress(2 + i, total, f"fusing {match.path}")
+        if match.path in on_disk:
+            continue
         module = model.get_submodule(match.path)
         if layout != "fused":
+            _unhook(module)
             spec.fuse_module(module)
         if type(module) is not match.fused_class:
             raise LoadError(f"{src.folder}: {match.path} is {type(module).__name__}, not {match.fused_class.__name__}")
@@ -400,12 +426,42 @@ def iter_load(
     )
 
 
+def _unhook(module: nn.Module) -> None:
+    """Drop accelerate's hooks from a module whose weights are in memory (a ``device_map``
+    load): a hook keeps the forward of the class it was added to, which fusion replaces."""
+    if any("_hf_hook" in m.__dict__ for m in module.modules()):
+        from accelerate.hooks import remove_hook_from_module
+
+        remove_hook_from_module(module, recurse=True)
+
+
+def _offloaded(src: ModelSource, config: Any, dtype: Any, memory: Any, notes: list[str], info: dict) -> nn.Module:
+    """``from_pretrained`` with the memory plan's ``device_map``; the checkpoint's files stay
+    pinned, and the offload folder stays, for as long as the model lives."""
+    import tempfile
+    import weakref
+
+    stack = ExitStack()
+    try:
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="fusion-offload-"))
+        model = from_pretrained(
+            src, config, dtype, notes=notes, info_out=info, device_map=memory.device_map,
+            offload_folder=folder, keep=stack,
+        )  # fmt: skip
+    except BaseException:
+        stack.close()
+        raise
+    weakref.finalize(model, stack.close)
+    return model
+
+
 def load(
     source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
     fusion_config: FusionConfig | None = None,
     *,
     dtype: str | torch.dtype = "float32",
     device: str = "cpu",
+    max_memory: int | str | None = None,
     trust_remote_code: bool = False,
     progress: ProgressCallback | None = None,
     cancel: CancelToken | None = None,
@@ -422,10 +478,12 @@ def load(
         UsageError: a bad ``fusion_config`` or dtype.
         LoadError, CheckpointError, ModelSourceError: see :func:`iter_load`.
     """
+    from ..boundary.options import parse_size
     from ..plan.fusion_plan import as_plan
 
+    budget = None if max_memory is None else parse_size(max_memory, "max_memory")
     plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
-    return drive(iter_load(plan, dtype=dtype, device=device), progress, cancel)
+    return drive(iter_load(plan, dtype=dtype, device=device, max_memory=budget), progress, cancel)
 
 
 def load_original(

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from ..plan.fusion_plan import FusionPlan
 
-__all__ = ["Precise", "Switch", "fused_twin", "offloaded_paths"]
+__all__ = ["Precise", "Switch", "fused_twin", "in_float32", "offloaded_paths"]
 
 
 def _shallow_tree(module: nn.Module) -> nn.Module:
@@ -124,6 +124,27 @@ class Precise:
         return getattr(self.inner, name)
 
 
+@contextmanager
+def in_float32(model: nn.Module, paths: list[str], dtype: Any) -> Iterator[None]:
+    """The modules at ``paths`` computed in float32 (:class:`Precise`) for a block.
+
+    A :class:`Precise` is not a module: the parents' ``_modules`` hold it for the block only,
+    and calling it is all a parent does with a matched child during a forward.
+    """
+    slots = []
+    for path in paths:
+        head, _, name = path.rpartition(".")
+        parent = model.get_submodule(head) if head else model
+        slots.append((parent, name, parent._modules[name]))
+    for parent, name, module in slots:
+        parent._modules[name] = Precise(module, dtype)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for parent, name, module in slots:
+            parent._modules[name] = module
+
+
 class Switch:
     """The matched modules of one loaded model, each in its original form and as a fused twin.
 
@@ -163,18 +184,10 @@ class Switch:
 
     @contextmanager
     def precise(self, dtype: Any) -> Iterator[None]:
-        """The originals computed in float32 (:class:`Precise`) for a block, then the originals.
-
-        Not a module: the parents' ``_modules`` hold it for the block only, and calling it
-        is all a parent does with a matched child during a forward.
-        """
+        """The originals computed in float32 (:class:`Precise`) for a block, then the originals."""
         self.use(False)
-        for path, (parent, name) in self._slots.items():
-            parent._modules[name] = Precise(self.original[path], dtype)  # type: ignore[assignment]
-        try:
+        with in_float32(self.model, list(self._slots), dtype):
             yield
-        finally:
-            self.use(False)
 
     @contextmanager
     def using(self, fused: bool) -> Iterator[None]:

@@ -161,3 +161,33 @@ def test_a_wrong_fusion_fails_when_offloaded(mid_vlm: Path, tmp_path: Path) -> N
     patch = next(m for m in answer["modules"] if m["family"] == "test_shifted_patch")
     assert patch["verified_by"] == "end-to-end inputs" and not patch["passed"]
     assert patch["comparison"]["max_abs_diff"] >= 0.99
+
+
+def test_load_beyond_max_memory_fuses_what_is_in_memory(mid_vlm: Path) -> None:
+    """``load(max_memory=...)``: blocks beyond the budget stay on disk; matched modules among
+    them stay unfused (said), the others are fused, and the model computes what the stock one does."""
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration
+
+    from fusion_core import load
+
+    weights = sum(f.stat().st_size for f in mid_vlm.glob("*.safetensors")) // 2
+    result = load(str(mid_vlm), {"patch_embeddings": True, "gate_up": True}, dtype="bfloat16", max_memory=weights // 3)
+    assert any(m.startswith("memory: ") and "offloaded to disk" in m for m in result.messages)
+    unfused = next(m for m in result.messages if "left unfused" in m)
+    assert "model.visual.patch_embed" in result.fused_modules
+    left = [f"model.language_model.layers.{i}.mlp" for i in range(6)]
+    left = [p for p in left if p not in result.fused_modules]
+    assert left and f"({left[0]}, …)" in unfused
+    model = result.model
+    assert type(model.get_submodule("model.visual.patch_embed")).__name__ == "FusedPatchEmbed"
+    stock = Qwen2VLForConditionalGeneration.from_pretrained(mid_vlm, dtype=torch.bfloat16).eval()
+    ids = torch.arange(3, 40).reshape(1, 37)
+    pixels = torch.randn(16, 1176, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    grid = torch.tensor([[1, 4, 4]])
+    with torch.inference_mode():
+        assert torch.equal(model(input_ids=ids).logits, stock(input_ids=ids).logits)
+        ours = model.get_submodule("model.visual.patch_embed")(pixels)
+        theirs = stock.get_submodule("model.visual.patch_embed")(pixels)
+        assert (ours.double() - theirs.double()).abs().max().item() <= 0.02 * theirs.abs().max().item()
+        assert model.model.visual(pixels, grid_thw=grid) is not None

@@ -94,3 +94,23 @@ def test_the_rounding_floor_of_a_bfloat16_run(llama_dir: Path) -> None:
     _rounding_floor((inputs, main), model, switch, beyond, "bfloat16")
     assert not beyond.passed and "beyond 2x the rounding floor" in beyond.note
     assert model.get_submodule("model.layers.0.mlp") is switch.original["model.layers.0.mlp"]
+
+
+def test_export_verification_measures_the_rounding_floor(llama_dir: Path) -> None:
+    """The export's consumers compare at bfloat16 when float32 does not fit: each output gets
+    its rounding floor, which widens the limit of a fused export's comparison."""
+    from fusion_core.export.verify import compare_runs, export_runs, rounding_floors
+
+    plan = inspect_model(str(llama_dir)).plan(FAMILIES)
+    model = load_original(plan, dtype="bfloat16").eval()
+    paths = list(plan.matched_paths)
+    with torch.inference_mode():
+        runs = export_runs(model, paths, llama_dir)
+    assert runs and not runs[0].floors
+    rounding_floors(model, runs, paths, "bfloat16")
+    name = next(iter(runs[0].outputs))
+    assert runs[0].floors[name] > 0
+    assert isinstance(model.get_submodule(paths[0]), torch.nn.Module)  # the originals are back in place
+    fused = load(str(llama_dir), FAMILIES, dtype="bfloat16").model
+    passed, _worst, _rel, compared, bad = compare_runs(runs, fused, exact=False, dtype="bfloat16")
+    assert passed and not bad and name in compared
