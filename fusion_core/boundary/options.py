@@ -220,8 +220,13 @@ class ExportOptions:
     allow_copy_as_is: bool = False  # export a model with nothing to fuse unchanged
     sync: bool = True  # fsync the written files before the final rename
     on_wrong_load: str = "guard"  # "guard" (fusion_core:<name> family names) or "refuse"
+    #: the memory the verification's models may take (accelerate's max_memory): beyond it their
+    #: blocks stay on disk; None: the memory available
+    max_memory: int | str | None = None
 
     def __post_init__(self) -> None:
+        if self.max_memory is not None:
+            object.__setattr__(self, "max_memory", parse_size(self.max_memory, "max_memory"))
         if self.layout not in LAYOUTS:
             raise OptionError("layout", f"must be one of {', '.join(LAYOUTS)}, got {str(self.layout)[:40]!r}")
         if self.on_wrong_load not in ON_WRONG_LOAD:

@@ -46,6 +46,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it is not empty (once the new one is done)")
     p.add_argument(
+        "--max-memory", metavar="SIZE",
+        help="memory each model of the verification may take, e.g. 6GiB (accelerate's max_memory); beyond it "
+        "their blocks stay on disk (default: the memory available)",
+    )  # fmt: skip
+    p.add_argument(
         "--no-verify-outputs",
         action="store_true",
         help="skip loading the export back to compare outputs (for checkpoints too large to load here); "
@@ -77,6 +82,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         verify_outputs=not args.no_verify_outputs,
         allow_copy_as_is=args.copy_as_is,
         on_wrong_load=args.on_wrong_load,
+        max_memory=args.max_memory,
     )
     plan = as_plan(args.model, fusion_config_of(args.fusion) or None, trust_remote_code=args.trust_remote_code)
     own = getattr(plan.source.config, "fusion_config", None)

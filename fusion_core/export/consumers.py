@@ -32,6 +32,7 @@ killer), :meth:`ConsumerProbe.run` says "out of memory: ..." with what it was lo
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import subprocess
@@ -78,7 +79,7 @@ class CompareAt:
     nbytes: int
 
 
-def comparison_dtype(folder: Path, requested: str = "auto") -> CompareAt:
+def comparison_dtype(folder: Path, requested: str = "auto", max_memory: int | None = None) -> CompareAt:
     """The dtype to verify an export of ``folder`` at: float32 where one model's weights in
     float32 (times :data:`MEMORY_MARGIN`) fit in the memory available now, else the
     checkpoint's own dtype (the floating dtype holding most of its bytes, from its headers).
@@ -103,6 +104,8 @@ def comparison_dtype(folder: Path, requested: str = "auto") -> CompareAt:
         return CompareAt("float32", "", 0)
     need = checkpoint_bytes(ckpt, "float32")
     have = available_bytes()
+    if max_memory is not None:  # the budget the user set (the models are offloaded beyond it)
+        have = max_memory if have is None else min(have, max_memory)
     if have is None or need * MEMORY_MARGIN <= have:
         return CompareAt("float32", "", need)
     why = f"float32 would need {_size(need * MEMORY_MARGIN)}, {_size(have)} available"
@@ -143,10 +146,17 @@ class ConsumerProbe:
     """
 
     def __init__(
-        self, source_folder: Path, paths: list[str], *, trust_remote_code: bool = False, dtype: str = "auto"
+        self,
+        source_folder: Path,
+        paths: list[str],
+        *,
+        trust_remote_code: bool = False,
+        dtype: str = "auto",
+        max_memory: int | None = None,
     ) -> None:
-        self.comparison = comparison_dtype(source_folder, dtype)
+        self.comparison = comparison_dtype(source_folder, dtype, max_memory)
         self._source_name = Path(source_folder).name
+        self._max_memory = max_memory
         self._child = child_for("fusion_core.export.consumers", prefix="fusion-core-consumers-")
         first = {
             "source": str(Path(source_folder).resolve()),
@@ -154,6 +164,7 @@ class ConsumerProbe:
             "trust_remote_code": trust_remote_code,
             "dtype": self.comparison.dtype,
             "dtype_why": self.comparison.why,
+            "max_memory": max_memory,
         }
         self._child.send(json.dumps(first))
 
@@ -173,6 +184,7 @@ class ConsumerProbe:
                 understood.
         """
         request = {"written": str(Path(written).resolve()), "shown_as": str(shown_as), "exact": exact}
+        request["max_memory"] = self._max_memory
         self._child.send(json.dumps(request))
         try:
             done = self._child.finish(timeout)
@@ -224,10 +236,11 @@ def try_consumers(
     *,
     trust_remote_code: bool = False,
     timeout: float = 1800,
+    max_memory: int | None = None,
 ) -> list[Consumer]:
     """Load ``written`` with each consumer in a child process and compare with the source
     (a :class:`ConsumerProbe` started and run at once; see there)."""
-    probe = ConsumerProbe(source_folder, paths, trust_remote_code=trust_remote_code)
+    probe = ConsumerProbe(source_folder, paths, trust_remote_code=trust_remote_code, max_memory=max_memory)
     try:
         return probe.run(written, shown_as, timeout=timeout).consumers
     finally:
@@ -302,15 +315,39 @@ def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, CompareAt]:
     dtype = str(first.get("dtype") or "auto")
     comparison = comparison_dtype(source, dtype) if dtype == "auto" else CompareAt(dtype, first.get("dtype_why", ""), 0)
     _loading(f"the source model {source.name}")
-    reference = load_plain(source, dtype=comparison.dtype, trust_remote_code=trust).eval()
-    cls = type(reference)
-    with torch.inference_mode():
-        runs = export_runs(reference, list(first["paths"]), source)
-    if comparison.dtype != "float32" and runs:
-        rounding_floors(reference, runs, list(first["paths"]), comparison.dtype)
-    del reference  # one model at a time: the consumers are loaded after this
+    max_memory = first.get("max_memory")
+    paths = list(first["paths"])
+    with contextlib.ExitStack() as stack:
+        if max_memory is None:
+            reference = load_plain(source, dtype=comparison.dtype, trust_remote_code=trust).eval()
+        else:  # beyond the budget, blocks stay on disk (accelerate's device_map)
+            reference = _offloaded_source(source, comparison.dtype, int(max_memory), trust, stack)
+        cls = type(reference)
+        with torch.inference_mode():
+            runs = export_runs(reference, paths, source)
+        if comparison.dtype != "float32" and runs:
+            from ..run.switch import offloaded_paths
+
+            on_disk = set(offloaded_paths(reference, paths))
+            rounding_floors(reference, runs, [p for p in paths if p not in on_disk], comparison.dtype)
+        del reference  # one model at a time: the consumers are loaded after this
     gc.collect()
     return cls, runs, trust, comparison
+
+
+def _offloaded_source(source: Path, dtype: str, max_memory: int, trust: bool, stack: Any) -> Any:
+    """The source model placed by the memory plan for ``max_memory`` (its files pinned on ``stack``)."""
+    import tempfile
+
+    from ..plan.fusion_plan import as_plan
+    from ..run.loading import load_original
+    from ..run.offload import memory_plan
+
+    plan = as_plan(str(source), trust_remote_code=trust)
+    memory = memory_plan(plan, dtype, "cpu", max_memory)
+    folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="fusion-offload-")) if memory.offloaded else None
+    model = load_original(plan, dtype=dtype, device_map=memory.device_map, offload_folder=folder, keep=stack)
+    return model.eval()
 
 
 def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> ConsumersAnswer:
@@ -324,6 +361,7 @@ def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> 
 
     cls, runs, trust, comparison = prepared
     dtype = comparison.dtype
+    max_memory = spec.get("max_memory")
     note = dtype_note(dtype, comparison.why)
     where = json.dumps(spec["shown_as"])
     exact = bool(spec.get("exact"))
@@ -377,13 +415,14 @@ def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> 
 
     def ours() -> tuple[Any, list[str]]:
         _loading("the export with fusion_core")
-        return load(spec["written"], dtype=dtype, trust_remote_code=trust).model, []
+        return load(spec["written"], dtype=dtype, trust_remote_code=trust, max_memory=max_memory).model, []
 
     def stock() -> tuple[Any, list[str]]:
         _loading("the export with transformers")
-        model, info = cls.from_pretrained(
-            spec["written"], dtype=getattr(torch, dtype), output_loading_info=True, trust_remote_code=trust
-        )
+        kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype), "output_loading_info": True}
+        if max_memory is not None:  # accelerate's own placement for the budget, as a user would ask it
+            kwargs.update(device_map="auto", max_memory={"cpu": int(max_memory)}, offload_folder=stock_folder)
+        model, info = cls.from_pretrained(spec["written"], trust_remote_code=trust, **kwargs)
         problems = []
         for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
             items = sorted(str(k) for k in info.get(kind) or [])
@@ -392,8 +431,13 @@ def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> 
                 problems.append(f"{kind.replace('_', ' ')}: {', '.join(items[:5])}{more}")
         return model, problems
 
-    judge(f"fusion_core {fusion_core.__version__}", f"fusion_core.load({where})", ours, outputs=True)
-    judge(f"transformers {transformers.__version__}", f"transformers.{cls.__name__}.from_pretrained({where})", stock)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="fusion-offload-") as stock_folder:
+        judge(f"fusion_core {fusion_core.__version__}", f"fusion_core.load({where})", ours, outputs=True)
+        judge(
+            f"transformers {transformers.__version__}", f"transformers.{cls.__name__}.from_pretrained({where})", stock
+        )
     return answer
 
 

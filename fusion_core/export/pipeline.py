@@ -180,7 +180,7 @@ def iter_export(
         # the consumers' child imports torch and transformers and loads the source while we write:
         # the files are verified first, and again once it has read them (after the outputs are compared)
         ckpt.verify()
-        probe = _start_probe(src.folder, plan, trust_remote_code) if verify_outputs else None
+        probe = _start_probe(src.folder, plan, trust_remote_code, options.max_memory) if verify_outputs else None
         try:
             yield from iter_write(
                 wplan, tmp, src.folder, producer, sync=sync, total=total, open_source=ckpt.open_verified
@@ -229,7 +229,7 @@ def iter_export(
                 (tmp / fs.CONFIG_FILE).unlink()  # our own file, in our temporary folder
                 write_text(tmp / fs.CONFIG_FILE, fs.export_config(config, fusion_config=recorded), sync=sync)
                 yield Progress(total, total, "trying the consumers again (guarded config.json)")
-                consumers = _consumers(src.folder, tmp, dest.path, plan, trust_remote_code)
+                consumers = _consumers(src.folder, tmp, dest.path, plan, trust_remote_code, options.max_memory)
                 verification.notes.append(
                     f"stock transformers loaded the export wrong ({wrong}): its family names were written with "
                     f"the {GUARD_PREFIX!r} prefix, so that transformers refuses them loudly"
@@ -343,17 +343,19 @@ def _fused_paths(plan: FusionPlan) -> list[str]:
     return [m.path for fam in plan.families for m in fam.discovery.matches]
 
 
-def _start_probe(folder: Path, plan: FusionPlan, trust: bool) -> Any:
+def _start_probe(folder: Path, plan: FusionPlan, trust: bool, max_memory: Any = None) -> Any:
     from .consumers import ConsumerProbe
 
-    return ConsumerProbe(folder, _fused_paths(plan), trust_remote_code=trust)
+    return ConsumerProbe(folder, _fused_paths(plan), trust_remote_code=trust, max_memory=max_memory)
 
 
-def _consumers(folder: Path, written: Path, dest: Path, plan: FusionPlan, trust: bool) -> list[Consumer]:
+def _consumers(
+    folder: Path, written: Path, dest: Path, plan: FusionPlan, trust: bool, max_memory: Any = None
+) -> list[Consumer]:
     """The consumers in a fresh child (after a guarded rewrite: the first child answered once)."""
     from .consumers import try_consumers
 
-    return try_consumers(folder, written, dest, _fused_paths(plan), trust_remote_code=trust)
+    return try_consumers(folder, written, dest, _fused_paths(plan), trust_remote_code=trust, max_memory=max_memory)
 
 
 def _consumer(consumers: list[Consumer], name: str) -> Consumer | None:

@@ -51,7 +51,8 @@ def compare_outputs(
     if not fused:
         tolerance = f"exact, {note}" if note else "exact"
     elif note:
-        floors = " or 2x the rounding floor" if any(r.floors for r in runs) else ""
+        floor = max((f for r in runs for f in r.floors.values()), default=0.0)
+        floors = f" or 2x the rounding floor (up to {floor:.2g})" if floor else ""
         tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref|{floors} ({note}, {dtype} tolerance)"
     else:
         tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref| (float32)"

@@ -370,22 +370,33 @@ def iter_load(
     notes = [rebuilt, *plan.messages] if rebuilt else list(plan.messages)
     info: dict[str, Any] = {}
     memory = None
-    if layout != "fused" and str(device).startswith("cpu"):
+    if str(device).startswith("cpu"):
         from .offload import memory_plan
 
-        memory = memory_plan(plan, dtype_name, device, max_memory)
+        meta = None
+        if layout == "fused":  # placed as it will be built: with the fused classes
+            import torch
+
+            with scoped_patch(plan.patch_mapping), torch.device("meta"):
+                from ..patching import current_class
+
+                meta = current_class(src.model_class)(config)
+        memory = memory_plan(plan, dtype_name, device, max_memory, model=meta)
         if memory.offloaded or memory.asked:
             notes.append(f"memory: {memory.describe()}")
     if layout == "fused":
         # fused classes exist only while the skeleton is built and filled; never across a yield
         with scoped_patch(plan.patch_mapping):
-            model = from_pretrained(src, config, wanted, notes=notes, info_out=info)
+            if memory is not None and memory.offloaded:
+                model = _offloaded(src, config, wanted, memory, notes, info)
+            else:
+                model = from_pretrained(src, config, wanted, notes=notes, info_out=info)
     elif memory is not None and memory.offloaded:
         model = _offloaded(src, config, wanted, memory, notes, info)
     else:
         model = from_pretrained(src, config, wanted, notes=notes, info_out=info)
     on_disk = []
-    if memory is not None and memory.offloaded:
+    if memory is not None and memory.offloaded and layout != "fused":
         from .switch import offloaded_paths
 
         on_disk = offloaded_paths(model, [m.path for m, _ in matched])

@@ -62,8 +62,12 @@ class MemoryPlan:
         )
 
 
-def memory_plan(plan: FusionPlan, dtype: str, device: str, max_memory: int | None = None) -> MemoryPlan:
-    """The :class:`MemoryPlan` of ``plan`` at ``dtype`` for a budget (``max_memory``, else what is available)."""
+def memory_plan(
+    plan: FusionPlan, dtype: str, device: str, max_memory: int | None = None, *, model: Any = None
+) -> MemoryPlan:
+    """The :class:`MemoryPlan` of ``plan`` at ``dtype`` for a budget (``max_memory``, else what
+    is available). ``model``: the meta model to place (default: the plan's original one; a
+    fused-layout load places the fused model it builds)."""
     weights = model_bytes(plan, dtype)
     have = modules.available_bytes()
     budget = max_memory if max_memory is not None else have
@@ -73,7 +77,7 @@ def memory_plan(plan: FusionPlan, dtype: str, device: str, max_memory: int | Non
     import torch
     from accelerate import infer_auto_device_map
 
-    model = plan.inspection.model
+    model = plan.inspection.model if model is None else model
     no_split = list(getattr(model, "_no_split_modules", None) or [])
     limit = int(budget * WEIGHTS_SHARE)
     device_map = infer_auto_device_map(

@@ -191,3 +191,18 @@ def test_load_beyond_max_memory_fuses_what_is_in_memory(mid_vlm: Path) -> None:
         theirs = stock.get_submodule("model.visual.patch_embed")(pixels)
         assert (ours.double() - theirs.double()).abs().max().item() <= 0.02 * theirs.abs().max().item()
         assert model.model.visual(pixels, grid_thw=grid) is not None
+
+
+def test_export_verified_beyond_max_memory(mid_vlm: Path, tmp_path: Path) -> None:
+    """``export(max_memory=...)``: the consumers' child loads the source and each consumer with
+    blocks beyond the budget on disk, and both consumers still load the export exactly."""
+    from fusion_core import export
+    from fusion_core.plan.fusion_plan import as_plan
+    from fusion_core.run.offload import memory_plan
+
+    weights = sum(f.stat().st_size for f in mid_vlm.glob("*.safetensors"))
+    assert memory_plan(as_plan(str(mid_vlm)), "float32", "cpu", weights // 3).offloaded  # what the child loads by
+    result = export(str(mid_vlm), tmp_path / "out", {"patch_embeddings": True}, max_memory=weights // 3)
+    statuses = {c.name.split()[0]: c.status for c in result.consumers}
+    assert statuses == {"fusion_core": "loads exactly", "transformers": "loads exactly"}, result.consumers
+    assert result.verification.outputs["passed"] and "image+text" in result.verification.outputs["compared"]
