@@ -50,7 +50,7 @@ class MemoryPlan:
 
     def describe(self) -> str:
         """One line: the estimate, the budget, and what is offloaded."""
-        source = "asked" if self.asked else "available"
+        source = "budget" if self.asked else "available"
         head = f"weights {gib(self.weights)} at this dtype, {gib(self.budget)} {source}"
         if not self.offloaded:
             return f"{head}: all in memory"

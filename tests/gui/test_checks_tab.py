@@ -117,4 +117,4 @@ def test_a_memory_budget_reaches_the_check(qtbot, window, open_model, only_fusio
     w.max_memory.setValue(1)
     assert panel.workload_button.text() == "Workload: cpu, weights ≤ 1 GiB"
     result = _run(qtbot, window)
-    assert "memory: weights 0.0 GiB at this dtype, 1.0 GiB --max-memory: all in memory" in result.messages
+    assert "memory: weights 0.0 GiB at this dtype, 1.0 GiB budget: all in memory" in result.messages
