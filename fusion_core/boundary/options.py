@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import UsageError
 
 #: the dtypes a check or load runs in, with their tolerance (atol, rtol): the one table.
-#: A check passes when max |fused - original| <= atol + rtol * max |original|. float32: a
+#: A check passes when max |fused - original| <= atol * min(1, max |original|) + rtol * max |original|. float32: a
 #: reshape-only fusion differs only by summation order. bfloat16/float16: the Conv and the
 #: GEMM may round differently (bf16 keeps 8 significant bits, one step is 2**-8 = 0.4%
 #: relative; fp16 11 bits, 0.05%), and differences grow through the layers after the fused

@@ -53,9 +53,9 @@ def compare_outputs(
     elif note:
         floor = max((f for r in runs for f in r.floors.values()), default=0.0)
         floors = f" or 2x the rounding floor (up to {floor:.2g})" if floor else ""
-        tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref|{floors} ({note}, {dtype} tolerance)"
+        tolerance = f"|diff| <= {atol:g} * min(1, max|ref|) + {rtol:g} * max|ref|{floors} ({note}, {dtype} tolerance)"
     else:
-        tolerance = f"|diff| <= {atol:g} + {rtol:g} * max|ref| (float32)"
+        tolerance = f"|diff| <= {atol:g} * min(1, max|ref|) + {rtol:g} * max|ref| (float32)"
     result: dict[str, Any] = {
         "output": next(iter(runs[0].outputs)),
         "inputs": runs[0].inputs.shapes(),

@@ -17,7 +17,7 @@ from ..errors import CheckError
 MODEL_ENTRY = "(model)"  # the plain form of EndToEndCheck.entry "" (the model itself)
 #: (atol, rtol) by dtype: an alias of the one table, :data:`fusion_core.boundary.options.DTYPE_TOLERANCES`
 TOLERANCES = DTYPE_TOLERANCES
-TOLERANCE_RULE = "max|fused-original| <= atol + rtol * max|original|"
+TOLERANCE_RULE = "max|fused-original| <= atol * min(1, max|original|) + rtol * max|original|"
 _MAIN_OUTPUTS = ("logits", "last_hidden_state", "logits_per_video", "logits_per_image", "pooler_output")
 
 
@@ -33,7 +33,9 @@ def _round_finite(digits: int) -> Callable[[float | None], float | None]:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """What a comparison must stay within: pass when max |fused - original| <= atol + rtol * max |original|."""
+    """What a comparison must stay within: pass when max |fused - original| <= atol * min(1, max
+    |original|) + rtol * max |original| (:attr:`Comparison.limit`: relative to the output's own
+    scale below 1, so tiny outputs are never compared vacuously)."""
 
     atol: float
     rtol: float
@@ -128,9 +130,16 @@ class Comparison:
 
     @property
     def limit(self) -> float:
-        """The largest difference that passes: ``atol + rtol * max_original``, or
-        :data:`FLOOR_FACTOR` times the rounding floor where that is larger."""
-        return max(self.atol + self.rtol * self.max_original, FLOOR_FACTOR * self.floor)
+        """The largest difference that passes: ``atol * min(1, max_original) + rtol *
+        max_original``, or :data:`FLOOR_FACTOR` times the rounding floor where that is larger.
+
+        The absolute part shrinks with outputs smaller than 1: a module whose outputs are
+        1e-8 (a projection initialised with std 1e-10) would pass anything within a fixed
+        ``atol`` of 1e-5, a wrong column order included. Below 1 the rule is relative to the
+        output's own scale, ``(atol + rtol) * max_original``.
+        """
+        scale = self.max_original
+        return max(self.atol * min(1.0, scale) + self.rtol * scale, FLOOR_FACTOR * self.floor)
 
     @property
     def passed(self) -> bool:
