@@ -190,9 +190,9 @@ class MainWindow(QMainWindow):
         view_menu.addAction(self.expand_action)
         view_menu.addSeparator()
         for i, name in enumerate(TAB_NAMES):
-            view_menu.addAction(
-                self._action(self.tabs.tabText(i), lambda _c=False, n=name: self.show_tab(n), f"Alt+{i + 1}")
-            )
+            tab_action = self._action(self.tabs.tabText(i), lambda _c=False, n=name: self.show_tab(n), f"Alt+{i + 1}")
+            tab_action.setWhatsThis(f"Show the {self.tabs.tabText(i)} tab")  # its line in Help → Keyboard shortcuts
+            view_menu.addAction(tab_action)
         tools_menu = bar.addMenu("&Tools")
         tools_menu.addAction(self.checks_action)
         tools_menu.addAction(self.cancel_action)

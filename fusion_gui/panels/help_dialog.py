@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QPlainTextEdit, QVBoxLa
 
 # Keys handled by the module filter's own widgets (no QAction or QShortcut carries them).
 FILTER_KEYS = (
-    ("Enter", "Next match (in the module filter)"),
+    ("Enter", "Next match (typing in the module filter)"),
     ("Esc", "Clear the module filter"),
 )
 
@@ -29,7 +29,7 @@ def _label(text: str) -> str:
 def collect_shortcuts(window: QWidget) -> list[tuple[str, str]]:
     """(keys, what they do) for every shortcut the window and its children define, sorted by what they do.
 
-    Read from the live widgets: each QAction with a shortcut, each QShortcut (its what's-this
+    Read from the live widgets: each QAction with a shortcut (its what's-this, else its text), each QShortcut (its what's-this
     names it), and the module filter's Enter and Esc.
     """
     seen: dict[tuple[str, str], None] = {}
@@ -37,7 +37,7 @@ def collect_shortcuts(window: QWidget) -> list[tuple[str, str]]:
         for seq in action.shortcuts():
             keys = seq.toString(QKeySequence.SequenceFormat.PortableText)
             if keys and action.text():
-                seen[(keys, _label(action.text()))] = None
+                seen[(keys, action.whatsThis() or _label(action.text()))] = None
     for shortcut in window.findChildren(QShortcut):
         keys = shortcut.key().toString(QKeySequence.SequenceFormat.PortableText)
         if keys:

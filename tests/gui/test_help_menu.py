@@ -30,6 +30,7 @@ def test_shortcuts_dialog_opens_from_the_menu_and_lists_the_real_shortcuts(windo
     assert listed["Compare with"] == "Ctrl+Shift+O"
     assert listed["Next match (module tree)"] == "F3"
     assert listed["Clear the module filter"] == "Esc"
+    assert listed["Show the Checks tab"] == "Alt+5"
     dialog.reject()
 
 
@@ -41,3 +42,16 @@ def test_documentation_actions_point_at_existing_files(window: MainWindow) -> No
     docs_path = Path(window.doc_url("docs").toLocalFile())
     assert readme_path.name == "README.md" and readme_path.is_file()
     assert docs_path.is_dir() and (docs_path / "cli.md").is_file()
+
+
+def test_documentation_actions_are_disabled_with_the_reason_without_a_source_tree(
+    make_window, monkeypatch, tmp_path: Path
+) -> None:
+    import fusion_gui.main_window as main_window
+    from fusion_gui.panels.help_dialog import doc_paths
+
+    monkeypatch.setattr(main_window, "doc_paths", lambda: doc_paths(tmp_path))  # an installed package: no docs
+    actions = _help_actions(make_window())
+    for name in ("Documentation (README)", "Documentation folder (docs/)"):
+        assert not actions[name].isEnabled()
+        assert "not there" in actions[name].toolTip()
