@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, Qt, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtCore import QByteArray, Qt, QUrl, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
@@ -28,6 +28,7 @@ from .panels.details import DetailsPanel
 from .panels.diff import DiffPanel
 from .panels.export_dialog import ExportDialog
 from .panels.fusions import FusionsPanel
+from .panels.help_dialog import ShortcutsDialog, collect_shortcuts, doc_paths
 from .panels.log_panel import LogPanel
 from .panels.mapping import MappingPanel
 from .panels.open_dialog import OpenDialog, trust_prompt
@@ -189,13 +190,22 @@ class MainWindow(QMainWindow):
         view_menu.addAction(self.expand_action)
         view_menu.addSeparator()
         for i, name in enumerate(TAB_NAMES):
-            view_menu.addAction(
-                self._action(self.tabs.tabText(i), lambda _c=False, n=name: self.show_tab(n), f"Alt+{i + 1}")
-            )
+            tab_action = self._action(self.tabs.tabText(i), lambda _c=False, n=name: self.show_tab(n), f"Alt+{i + 1}")
+            tab_action.setWhatsThis(f"Show the {self.tabs.tabText(i)} tab")  # its line in Help → Keyboard shortcuts
+            view_menu.addAction(tab_action)
         tools_menu = bar.addMenu("&Tools")
         tools_menu.addAction(self.checks_action)
         tools_menu.addAction(self.cancel_action)
         help_menu = bar.addMenu("&Help")
+        self.shortcuts_action = self._action(
+            "&Keyboard shortcuts", self.show_shortcuts, None, "List the window's keyboard shortcuts"
+        )
+        self.readme_action = self._doc_action("&Documentation (README)", "readme")
+        self.docs_action = self._doc_action("Documentation &folder (docs/)", "docs")
+        help_menu.addAction(self.shortcuts_action)
+        help_menu.addAction(self.readme_action)
+        help_menu.addAction(self.docs_action)
+        help_menu.addSeparator()
         help_menu.addAction(self._action("&About Fusion Inspector", self.show_about))
 
         toolbar = self.addToolBar("Main")
@@ -320,6 +330,28 @@ class MainWindow(QMainWindow):
     def run_checks(self) -> None:
         self.show_tab("checks")
         self.checks.run()
+
+    def _doc_action(self, text: str, key: str) -> QAction:
+        path = doc_paths()[key]
+        action = self._action(text, lambda _c=False, k=key: self.open_doc(k), None, f"Open {path}")
+        if not path.exists():  # an installed (not editable) package has no source tree
+            action.setEnabled(False)
+            action.setToolTip(f"Not available: {path} is not there (the documentation ships with the source tree)")
+            action.setStatusTip(action.toolTip())
+        return action
+
+    def doc_url(self, key: str) -> QUrl:
+        """The URL Help → Documentation opens for ``key`` (``readme`` or ``docs``)."""
+        return QUrl.fromLocalFile(str(doc_paths()[key]))
+
+    def open_doc(self, key: str) -> bool:
+        return QDesktopServices.openUrl(self.doc_url(key))
+
+    def show_shortcuts(self) -> ShortcutsDialog:
+        dialog = ShortcutsDialog(collect_shortcuts(self), self)
+        dialog.open()
+        self.dialog = dialog
+        return dialog
 
     def show_about(self) -> None:
         box = QMessageBox(QMessageBox.Icon.Information, "About Fusion Inspector", "", parent=self)

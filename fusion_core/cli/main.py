@@ -1,6 +1,6 @@
 """``fusion-core``: the command-line face of the engine.
 
-Human output is plain tables; ``--json`` output is stable (documented in the README).
+Human output is plain tables; ``--json`` output is stable (documented in docs/cli-json.md).
 Errors: one line on stderr (control characters escaped: names come from untrusted
 folders); exit 2 for usage errors, 1 for model/file errors, never a traceback unless
 ``--debug``. Subcommands live in :mod:`fusion_core.cli`.

@@ -2,7 +2,7 @@
 
 Vision towers of Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V and video models cut frames into
 non-overlapping tubelets with a Conv3d. On CPU, the equivalent Linear over flattened
-patches is about 2.5x faster in float32 and about 4x in bfloat16 (README, Benchmarks); the weights are the same numbers, reshaped.
+patches is about 2.5x faster in float32 and about 4x in bfloat16 (docs/benchmarks.md); the weights are the same numbers, reshaped.
 """
 
 from __future__ import annotations

@@ -162,8 +162,12 @@ class TreePanel(QWidget):
         self.filter_edit.textChanged.connect(self._on_text_changed)
         self.filter_edit.returnPressed.connect(self.next_match)
         self._esc = EscapeFilter(self.filter_edit, self.clear_filter)
-        for keys, slot in (("F3", self.next_match), ("Shift+F3", self.previous_match)):
+        for keys, slot, what in (
+            ("F3", self.next_match, "Next match (module tree)"),
+            ("Shift+F3", self.previous_match, "Previous match (module tree)"),
+        ):
             shortcut = QShortcut(QKeySequence(keys), self)
+            shortcut.setWhatsThis(what)
             shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
             shortcut.activated.connect(slot)
         self.state_box.currentIndexChanged.connect(lambda _i: self.apply_filter())

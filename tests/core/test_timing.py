@@ -148,7 +148,7 @@ def test_identical_layers_share_alike(llama_dir: Path) -> None:
         # within their intervals, widened by 10%: on this machine the first layer's attention
         # measures 3-6% above the second's with intervals of ±2%. That follows the position, not
         # the module: with the two layers swapped, the one called first is again the higher
-        # (README, "Shares you can add up"). Warm-up alone gave 7x.
+        # (docs/timing.md, "Shares you can add up"). Warm-up alone gave 7x.
         (_, la, ha), (_, lb, hb) = shares[a], shares[b]
         return la / 1.1 <= hb and lb / 1.1 <= ha
 
