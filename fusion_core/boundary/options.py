@@ -165,9 +165,14 @@ class CheckOptions:
     #: the memory the model's weights may take (accelerate's ``max_memory`` for the CPU), in
     #: bytes or a size ("6GiB"); beyond it weights stay on disk. None: the memory available
     max_memory: int | str | None = None
+    generate: int = 0  # greedy new tokens, original against fused (0: no generation)
+    cache: str = "dynamic"  # the KV cache of the generation: "dynamic" or "static"
 
     def __post_init__(self) -> None:
         _at_least("threads", self.threads, 1)
+        _at_least("generate", self.generate, 0)
+        if self.cache not in ("dynamic", "static"):
+            raise OptionError("cache", f"must be dynamic or static, got {str(self.cache)[:40]!r}")
         if self.max_memory is not None:
             object.__setattr__(self, "max_memory", parse_size(self.max_memory, "max_memory"))
         images = [str(p) for p in self.images or ()]

@@ -65,6 +65,14 @@ def register(sub: Any) -> None:
         "--max-memory", metavar="SIZE",
         help=MAX_MEMORY_HELP,
     )  # fmt: skip
+    w.add_argument(
+        "--generate", type=int, default=0, metavar="N",
+        help="also decode N tokens greedily with the KV cache, original against fused, token by token",
+    )  # fmt: skip
+    w.add_argument(
+        "--cache", choices=("dynamic", "static"), default="dynamic",
+        help="the KV cache of --generate (static: transformers' static cache)",
+    )  # fmt: skip
     p.add_argument(
         "--no-upstream", action="store_true", help="skip the upstream parity check (transformers' own fusion)"
     )
@@ -153,6 +161,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         prompt=args.prompt,
         modules_only=args.modules_only,
         max_memory=args.max_memory,
+        generate=args.generate,
+        cache=args.cache,
     )
     if args.report and not args.report.lower().endswith((".html", ".htm", ".md")):
         raise UsageError(f"check: --report {printable(args.report)}: give a file ending in .html or .md")
@@ -269,9 +279,28 @@ def format_check(result: Any) -> str:
     lines += [f"warning: {w}" for w in result.warnings]
     if result.upstream is not None:
         lines.append(result.upstream.summary)
+    if result.generation is not None:
+        lines.append(generation_line(result.generation))
     lines.append(banner(result))
     lines.append("PASSED" if result.passed else "FAILED")
     return "\n".join(lines)
+
+
+def generation_line(g: Any) -> str:
+    """One line for ``check --generate``: identical, a near tie or a divergence (with the top tokens)."""
+    head = f"generation ({g.cache} cache): "
+    if g.verdict == "skipped":
+        return head + f"not run: {g.note}"
+    if g.identical:
+        return head + f"{g.new_tokens} new tokens identical, original and fused"
+    d = g.first_divergence or {}
+    if not d:
+        return head + f"DIVERGES: {g.note}"
+    what = "near tie" if g.verdict == "near tie" else "DIVERGES"
+    return head + (
+        f"{what} at new token {d['step'] + 1} (row {d['row']}): original {d['original']}, fused {d['fused']}, "
+        f"margin {g.margin:.3g} nats; original top 5 {g.original_top}, fused top 5 {g.fused_top}"
+    )
 
 
 def banner(result: Any) -> str:
@@ -280,6 +309,8 @@ def banner(result: Any) -> str:
         failed = [m.path for m in result.modules if not m.passed]
         if result.end_to_end is not None and not result.end_to_end.passed:
             failed.append("end to end")
+        if result.generation is not None and not result.generation.passed:
+            failed.append("generation")
         return f"exact: NO, not exact or not verified: {', '.join(failed)}"
     speed = result.faster
     e = result.end_to_end

@@ -48,6 +48,7 @@ from .results import (
     Comparison,
     EndToEndCheck,
     FusedModule,
+    Generation,
     LoadReport,
     ModuleCheck,
     Timing,
@@ -382,9 +383,66 @@ def _one_copy(
                     "each was checked alone on its end-to-end inputs"
                 )
             _shares(result, original, runs[0][0], workload, timing)
+        if options.generate:
+            yield Progress(5, 6, f"generating {options.generate} token(s), original and fused")
+            result.generation = _generation(original, switch, runs[0][0] if runs else None, options)
         switch.close()
         del original, switch, runs, captured
         gc.collect()
+
+
+def _generation(model: nn.Module, switch: Any, inputs: Any, options: CheckOptions) -> Generation:
+    """Greedy decoding of ``options.generate`` tokens with the KV cache, original then fused,
+    on the end-to-end run's inputs; compared token by token (:class:`~fusion_core.run.results.Generation`)."""
+    import torch
+
+    from .results import NEAR_TIE, Generation
+
+    n, cache = options.generate, options.cache
+    if inputs is None or inputs.entry or "input_ids" not in inputs.kwargs:
+        why = "the end-to-end run has no token inputs" if inputs is not None else "the end-to-end run did not run"
+        return Generation(0, False, "skipped", cache=cache, note=why)
+    if not getattr(model, "can_generate", lambda: False)():
+        return Generation(0, False, "skipped", cache=cache, note=f"{type(model).__name__} does not generate")
+    kwargs: dict[str, Any] = {"max_new_tokens": n, "min_new_tokens": n, "do_sample": False, "num_beams": 1}
+    kwargs.update(output_scores=True, return_dict_in_generate=True)
+    if cache == "static":
+        kwargs["cache_implementation"] = "static"
+    outs = []
+    try:
+        with torch.inference_mode():
+            for fused in (False, True):
+                switch.use(fused)
+                outs.append(model.generate(**inputs.kwargs, **kwargs))
+    except Exception as e:  # a model whose generate needs what the check did not give it
+        return Generation(0, False, "skipped", cache=cache, note=f"generate fails: {str(e).strip()[:300]}")
+    finally:
+        switch.use(False)
+    start = inputs.kwargs["input_ids"].shape[-1]
+    a, b = (o.sequences[:, start:] for o in outs)
+    out = Generation(int(a.shape[-1]), bool(torch.equal(a, b)), "identical", cache=cache)
+    if out.identical:
+        return out
+    steps = min(a.shape[-1], b.shape[-1])
+    diff = (a[:, :steps] != b[:, :steps]).nonzero()
+    if len(diff) == 0:  # one side stopped early
+        out.verdict, out.note = "diverges", f"lengths differ: {a.shape[-1]} and {b.shape[-1]} new tokens"
+        return out
+    row, step = (int(v) for v in min(diff.tolist(), key=lambda rc: (rc[1], rc[0])))
+    ta, tb = int(a[row, step]), int(b[row, step])
+    lp_a = torch.log_softmax(outs[0].scores[step][row].float(), -1)
+    lp_b = torch.log_softmax(outs[1].scores[step][row].float(), -1)
+
+    def top(lp: Any) -> list[list[float]]:
+        values, ids = lp.topk(5)
+        return [[int(i), round(float(v), 4)] for v, i in zip(values, ids)]
+
+    out.first_divergence = {"step": step, "row": row, "original": ta, "fused": tb}
+    out.original_top, out.fused_top = top(lp_a), top(lp_b)
+    out.margin = float(lp_a[ta] - lp_a[tb])
+    crossed = tb in [t for t, _ in out.original_top] and ta in [t for t, _ in out.fused_top]
+    out.verdict = "near tie" if crossed and out.margin < NEAR_TIE else "diverges"
+    return out
 
 
 def _load_report(plan: FusionPlan, switch: Any, dtype: str, device: str, seconds: float) -> LoadReport:

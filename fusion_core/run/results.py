@@ -402,13 +402,45 @@ class UpstreamReport:
 
 
 @dataclass
+class Generation:
+    """Greedy decoding with the KV cache, original against fused (``check --generate N``).
+
+    ``verdict``: ``"identical"`` (every new token equal); ``"near tie"`` (they diverge where the
+    original's two candidates were within :data:`NEAR_TIE` nats, each side's token in the
+    other's top 5: a rounding-sized change can flip such a choice); ``"diverges"`` (a real
+    difference: the check fails); ``"skipped"`` (``note`` says why).
+    """
+
+    new_tokens: int
+    identical: bool
+    verdict: str
+    #: {"step": i, "row": r, "original": token, "fused": token} at the first divergence, else None
+    first_divergence: dict[str, int] | None = None
+    #: each side's top 5 at the first divergence: [[token, logprob], ...] (the original's scores)
+    original_top: list[list[float]] = field(default_factory=list)
+    fused_top: list[list[float]] = field(default_factory=list)
+    #: the original's logprob of its token minus its logprob of the fused side's token there
+    margin: float | None = field(default=None, metadata=plain(dump=_round_finite(4)))
+    cache: str = "dynamic"
+    note: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict != "diverges"
+
+
+#: a divergence where the original's two candidates are closer than this (nats) is a near tie
+NEAR_TIE = 0.1
+
+
+@dataclass
 class CheckResult:
     """Everything a check measured; ``passed`` covers our checks only (not upstream)."""
 
     PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
         "model", "model_class", "fusion_config", "dtype", "device", "repeats", "seed", "tolerance", "passed",
         "nothing_to_fuse", "modules", "end_to_end", "upstream", "load", "messages", "seconds", "workload",
-        "modules_only", "family_verdicts", "warnings",
+        "modules_only", "family_verdicts", "warnings", "generation",
     )  # fmt: skip
 
     model: str
@@ -430,17 +462,20 @@ class CheckResult:
     family_verdicts: list[FamilyVerdict] = field(default_factory=list)
     modules_only: bool = False
     warnings: list[str] = field(default_factory=list)  # e.g. timings too noisy to tell
+    generation: Generation | None = None  # check --generate N
 
     @property
     def passed(self) -> bool:
-        """Every fused module verified within tolerance, and end to end (when it ran) too.
+        """Every fused module verified within tolerance, end to end (when it ran) too, and
+        generation (when asked) not diverging.
 
         A check that checked nothing (no module matches the families) is not a pass.
         """
         if self.nothing_to_fuse:
             return False
         e2e = self.end_to_end is None or self.end_to_end.passed
-        return bool(self.modules) and all(m.passed for m in self.modules) and e2e
+        gen = self.generation is None or self.generation.passed
+        return bool(self.modules) and all(m.passed for m in self.modules) and e2e and gen
 
     @property
     def exact(self) -> bool:

@@ -42,6 +42,9 @@ VOLATILE = {
     "ours_max_abs_diff",
     "max_original",
     "limit",
+    "floor",
+    # a comparison's shape: end to end it is the worst run's (image+text or video+text), a measurement
+    "shape",
     "summary",
     "transformers_version",
     "torch_version",

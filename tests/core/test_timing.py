@@ -145,12 +145,13 @@ def test_identical_layers_share_alike(llama_dir: Path) -> None:
         torch.set_num_threads(threads)
 
     def overlap(a: str, b: str) -> bool:
-        # within their intervals, widened by 10%: on this machine the first layer's attention
-        # measures 3-6% above the second's with intervals of ±2%. That follows the position, not
-        # the module: with the two layers swapped, the one called first is again the higher
+        # within their intervals, widened by 20%: on this machine the first layer's attention
+        # measures 3-6% above the second's with intervals of ±2% when idle, and 13-14% above in
+        # the full suite on 2 busy cores (2026-12-02). That follows the position, not the
+        # module: with the two layers swapped, the one called first is again the higher
         # (docs/timing.md, "Shares you can add up"). Warm-up alone gave 7x.
         (_, la, ha), (_, lb, hb) = shares[a], shares[b]
-        return la / 1.1 <= hb and lb / 1.1 <= ha
+        return la / 1.2 <= hb and lb / 1.2 <= ha
 
     for path, (share, low, high) in shares.items():
         assert 0 < low <= share <= high < 1, (path, shares[path])
