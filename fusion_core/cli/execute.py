@@ -280,27 +280,10 @@ def format_check(result: Any) -> str:
     if result.upstream is not None:
         lines.append(result.upstream.summary)
     if result.generation is not None:
-        lines.append(generation_line(result.generation))
+        lines.append(result.generation.line)
     lines.append(banner(result))
     lines.append("PASSED" if result.passed else "FAILED")
     return "\n".join(lines)
-
-
-def generation_line(g: Any) -> str:
-    """One line for ``check --generate``: identical, a near tie or a divergence (with the top tokens)."""
-    head = f"generation ({g.cache} cache): "
-    if g.verdict == "skipped":
-        return head + f"not run: {g.note}"
-    if g.identical:
-        return head + f"{g.new_tokens} new tokens identical, original and fused"
-    d = g.first_divergence or {}
-    if not d:
-        return head + f"DIVERGES: {g.note}"
-    what = "near tie" if g.verdict == "near tie" else "DIVERGES"
-    return head + (
-        f"{what} at new token {d['step'] + 1} (row {d['row']}): original {d['original']}, fused {d['fused']}, "
-        f"margin {g.margin:.3g} nats; original top 5 {g.original_top}, fused top 5 {g.fused_top}"
-    )
 
 
 def banner(result: Any) -> str:

@@ -428,6 +428,23 @@ class Generation:
     def passed(self) -> bool:
         return self.verdict != "diverges"
 
+    @property
+    def line(self) -> str:
+        """One plain line: identical, a near tie or a divergence (with each side's top tokens)."""
+        head = f"generation ({self.cache} cache): "
+        if self.verdict == "skipped":
+            return head + f"not run: {self.note}"
+        if self.identical:
+            return head + f"{self.new_tokens} new tokens identical, original and fused"
+        d = self.first_divergence or {}
+        if not d:
+            return head + f"DIVERGES: {self.note}"
+        what = "near tie" if self.verdict == "near tie" else "DIVERGES"
+        return head + (
+            f"{what} at new token {d['step'] + 1} (row {d['row']}): original {d['original']}, fused {d['fused']}, "
+            f"margin {self.margin:.3g} nats; original top 5 {self.original_top}, fused top 5 {self.fused_top}"
+        )
+
 
 #: a divergence where the original's two candidates are closer than this (nats) is a near tie
 NEAR_TIE = 0.1

@@ -452,13 +452,17 @@ class ChecksPanel(QWidget):
         self.speed_banner.show()
 
     def _show_verdicts(self, result: CheckResult) -> None:
-        if not result.family_verdicts:
+        g = result.generation
+        if not result.family_verdicts and g is None:
             self.verdicts_label.hide()
             return
         lines = []
         for v in result.family_verdicts:
             colour = style.PASS if v.exact else style.FAIL
             lines.append(f"<span style='color:{colour}'>●</span> {html.escape(v.line)}")
+        if g is not None:  # greedy decoding, original against fused (the workload's "generate")
+            colour = {"identical": style.PASS, "diverges": style.FAIL}.get(g.verdict, style.REJECTED)
+            lines.append(f"<span style='color:{colour}'>●</span> {html.escape(g.line)}")
         self.verdicts_label.setText("<br>".join(lines))
         self.verdicts_label.show()
 

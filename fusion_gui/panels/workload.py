@@ -31,6 +31,10 @@ class WorkloadControls(QWidget):
             "available",
         )  # fmt: skip
         self.max_memory.setSuffix(" GiB")
+        self.generate = _spin(
+            0, 4096, 0, "greedy new tokens with the KV cache, original against fused, compared token by token (0: off)",
+            "off",
+        )  # fmt: skip
         self.modules_only = QCheckBox("Modules only")
         self.modules_only.setToolTip(
             "check only the fused modules, read alone from the checkpoint: bounded memory, no end-to-end run"
@@ -44,7 +48,7 @@ class WorkloadControls(QWidget):
         pairs = (
             ("device:", self.device), ("threads:", self.threads), ("batch:", self.batch),
             ("image px:", self.image_size), ("frames:", self.frames), ("seq len:", self.seq_len),
-            ("memory:", self.max_memory),
+            ("memory:", self.max_memory), ("generate:", self.generate),
         )  # fmt: skip
         for i, (label, widget) in enumerate(pairs):
             grid.addWidget(QLabel(label), i // 3, 2 * (i % 3))
@@ -53,7 +57,9 @@ class WorkloadControls(QWidget):
         grid.addWidget(self.media, 3, 0, 1, 6)
         grid.addWidget(self.modules_only, 4, 0, 1, 6)
         self.device.currentTextChanged.connect(lambda _t: self.changed.emit())
-        for box in (self.threads, self.image_size, self.frames, self.seq_len, self.batch, self.max_memory):
+        for box in (
+            self.threads, self.image_size, self.frames, self.seq_len, self.batch, self.max_memory, self.generate
+        ):  # fmt: skip
             box.valueChanged.connect(lambda _v: self.changed.emit())
         self.modules_only.toggled.connect(lambda _c: self.changed.emit())
         self.media.changed.connect(self.changed.emit)
@@ -73,6 +79,8 @@ class WorkloadControls(QWidget):
         ]
         if o["max_memory"]:
             parts.append(f"weights ≤ {self.max_memory.value()} GiB")
+        if o["generate"]:
+            parts.append(f"generate {o['generate']}")
         files = len(o["images"]) + bool(o["video"]) + bool(o["audio"])
         if files or o["prompt"]:
             parts.append(f"real inputs ({files} file{'s' if files != 1 else ''})" if files else "real prompt")
@@ -99,6 +107,7 @@ class WorkloadControls(QWidget):
             "batch": self.batch.value(),
             "modules_only": self.modules_only.isChecked(),
             "max_memory": self.max_memory.value() * 2**30 or None,
+            "generate": self.generate.value(),
             **self.media.options(),
         }
 

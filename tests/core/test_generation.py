@@ -37,9 +37,7 @@ def test_static_cache_generation_and_the_text_line(llama_dir: Path, capsys) -> N
                    cache="static")  # fmt: skip
     g = result.generation
     assert result.passed and g.identical and g.new_tokens == 8 and g.cache == "static"
-    from fusion_core.cli.execute import generation_line
-
-    assert generation_line(g) == "generation (static cache): 8 new tokens identical, original and fused"
+    assert g.line == "generation (static cache): 8 new tokens identical, original and fused"
 
 
 def test_a_wrong_family_diverges_or_is_caught(llama_dir: Path) -> None:

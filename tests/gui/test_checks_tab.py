@@ -118,3 +118,19 @@ def test_a_memory_budget_reaches_the_check(qtbot, window, open_model, only_fusio
     assert panel.workload_button.text() == "Workload: cpu, weights ≤ 1 GiB"
     result = _run(qtbot, window)
     assert "memory: weights 0.0 GiB at this dtype, 1.0 GiB budget: all in memory" in result.messages
+
+
+def test_generation_from_the_workload(qtbot, window, open_model, only_fusions, qwen2_vl_dir):
+    """The workload's "generate" decodes greedily, original against fused, and the verdicts say so."""
+    open_model(window, str(qwen2_vl_dir))
+    only_fusions(window, "patch_embeddings", "qkv")
+    panel = window.checks
+    panel.upstream_box.setChecked(False)
+    panel.repeats.setValue(1)
+    w = panel.workload
+    assert w.generate.value() == 0 and w.generate.specialValueText() == "off"
+    w.generate.setValue(6)
+    assert panel.workload_button.text() == "Workload: cpu, generate 6"
+    result = _run(qtbot, window)
+    assert result.generation is not None and result.generation.identical and result.generation.new_tokens == 6
+    assert "generation (dynamic cache): 6 new tokens identical, original and fused" in panel.verdicts_label.text()
