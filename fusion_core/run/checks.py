@@ -273,7 +273,7 @@ def _checks(
     busy = _busy(result.workload)
     e = result.end_to_end
     if busy:  # no verdict from rounds that shared the CPUs with other work
-        result.warnings.append(f"{busy}: no speed verdict (close other programs, or lower --threads)")
+        result.warnings.append(f"{busy}: no speed verdict (close other programs, or use fewer threads)")
         for t in [m.timing for m in result.modules] + [e.timing if e is not None else None]:
             if t is not None:
                 t.busy = busy
