@@ -36,7 +36,7 @@ def cost(
             }
     t = from_samples(denominator, numerator, denominator_again)  # its "speedup" is denominator / numerator
     ratio, low, high = 1 / t.speedup, 1 / t.speedup_high, 1 / t.speedup_low
-    floor = noise_text(t.noise) if denominator_again is not None else "no A/A floor"
+    floor = noise_text(t.noise_low, t.noise_high) if denominator_again is not None else "no A/A floor"
     return {
         "ratio": round(ratio, 3),
         "low": round(low, 3),

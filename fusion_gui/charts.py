@@ -93,7 +93,7 @@ class ChecksChart(QChartView):
                 continue
             top = max(top, n_high)
             floor = QLineSeries()
-            floor.setName("A/A noise floor (faster or slower only outside it)")
+            floor.setName("A/A noise floor (faster or slower only clear of 1 by more than its widest side)")
             floor.setPen(QPen(QColor("#757575"), 2, Qt.PenStyle.DotLine))
             for x, y in ((i - 0.3, n_low), (i + 0.3, n_low), (i + 0.3, n_high), (i - 0.3, n_high), (i - 0.3, n_low)):
                 floor.append(QPointF(x, y))

@@ -18,7 +18,8 @@ plain data from the class itself, so this module knows no result class:
   out, ignored when read back. A field not named there is left out (it keeps its default
   when read back).
 
-Paths become strings, tuples lists, NamedTuples objects of their fields; floats keep NaN and infinities (JSON as Python writes
+Paths become strings, tuples lists, NamedTuples objects of their fields; floats keep NaN and infinities (the CLI's
+``--json`` writes them as ``null``: :func:`fusion_core.cli.output.print_json`; elsewhere JSON as Python writes
 it, which timings use); ``X | None`` of dataclasses structures either. Reading back is
 strict: a string where a number belongs, a missing required key or a list of the wrong
 length raises :class:`PlainDataError`.

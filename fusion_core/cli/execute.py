@@ -266,7 +266,8 @@ def format_check(result: Any) -> str:
     lines.append(
         "timings: after a warm-up, rounds of original, fused and original again in rotating order; speedup ="
         " median ratio original/fused with its 95% bootstrap interval; noise = the same for original/original"
-        f" (faster or slower only outside it, from {MIN_VERDICT_ROUNDS} rounds on)"
+        f" (faster or slower only clear of 1 by more than its widest side, from {MIN_VERDICT_ROUNDS} rounds on, never on a busy"
+        " machine)"
     )
     w = result.workload
     if w.torch_version:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any, TypeVar
 
@@ -10,7 +11,7 @@ from ..boundary.convert import to_plain
 from ..progress import CancelToken, Progress, ProgressGenerator, drive
 from ..text import human_count, printable, table
 
-__all__ = ["human_count", "print_json", "printable", "run_with_progress", "say", "table"]
+__all__ = ["human_count", "print_json", "printable", "run_with_progress", "say", "strict_json", "table"]
 
 T = TypeVar("T")
 
@@ -32,10 +33,31 @@ def say(*values: Any, err: bool = False, sep: str = " ", flush: bool = False) ->
 
 
 def print_json(data: Any) -> None:
-    """Write ``data`` (a result, or a dict of them) in its plain form as indented JSON on stdout
-    (the ``--json`` output; :func:`fusion_core.boundary.convert.to_plain`)."""
-    json.dump(to_plain(data), sys.stdout, indent=2, sort_keys=False)
+    """Write ``data`` (a result, or a dict of them) in its plain form as indented, strict JSON on
+    stdout (the ``--json`` output; :func:`fusion_core.boundary.convert.to_plain`, then
+    :func:`strict_json`): never ``NaN`` or ``Infinity``, which strict parsers (``jq``) reject."""
+    json.dump(strict_json(to_plain(data)), sys.stdout, indent=2, sort_keys=False, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def strict_json(value: Any) -> Any:
+    """Plain data with every NaN or infinite float as ``None`` (JSON ``null``).
+
+    An object with a ``note`` field left empty gets the reason in it: which of its numbers
+    were not finite (a comparison whose difference is NaN, say). A non-empty note already
+    says why (outputs that differ in structure) and is kept.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: strict_json(v) for k, v in value.items()}
+    dropped = [k for k, v in value.items() if isinstance(v, float) and not math.isfinite(v)]
+    if dropped and out.get("note") == "":
+        out["note"] = f"{', '.join(dropped)}: not a finite number (NaN or infinite), written as null"
+    return out
 
 
 def run_with_progress(gen: ProgressGenerator[T], desc: str = "", quiet: bool = False) -> T:

@@ -233,7 +233,7 @@ def _check_rows(r: Any) -> list[tuple[Any, ...]]:
         rows.append(
             ("passed" if m.passed else "failed", m.path, m.family, f"{m.original_class} → {m.fused_class}",
              _g(cmp.max_abs_diff) if cmp else "", _g(cmp.limit) if cmp else "",
-             t.interval_text() if t else "", t.verdict if t else "", m.error or m.verified_by)
+             t.interval_text() if t else "", f"{t.verdict} ({t.floor_text()})" if t else "", m.error or m.verified_by)
         )  # fmt: skip
     return rows
 
@@ -246,7 +246,7 @@ def _check_summary(r: Any) -> list[str]:
     e = r.end_to_end
     if e is not None and e.comparison is not None:
         lines.append(f"end to end ({e.output}): max abs diff {_g(e.comparison.max_abs_diff)} (limit {_g(e.comparison.limit)})"
-                     + (f", speed-up {e.timing.interval_text()} {e.timing.verdict}" if e.timing else ""))  # fmt: skip
+                     + (f", speed-up {e.timing.verdict_text()}" if e.timing else ""))  # fmt: skip
     for f in r.family_verdicts:
         if f.line:
             lines.append(f.line)

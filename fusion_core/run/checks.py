@@ -42,6 +42,7 @@ from .capture import shapes_of
 from .loading import load_original, unpolluted, upstream_fusion_suspended
 from .results import (
     FLOOR_FACTOR,
+    MIN_VERDICT_ROUNDS,
     TOLERANCES,
     CheckedWorkload,
     CheckResult,
@@ -162,9 +163,6 @@ def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, N
             load_before=result.workload.load_before,
             load_after=result.workload.load_after,
         )
-        busy = _busy(result.workload)
-        if busy:
-            result.warnings.append(busy)
     finally:
         torch.set_num_threads(saved_threads)
     return result
@@ -270,11 +268,19 @@ def _checks(
     else:
         assert memory is not None
         yield from _one_copy(plan, options, result, memory, settle)
-    result.workload = replace(result.workload, load_after=load_average())
+    import torch
+
+    result.workload = replace(result.workload, load_after=load_average(), threads=torch.get_num_threads())
+    busy = _busy(result.workload)
+    e = result.end_to_end
+    if busy:  # no verdict from rounds that shared the CPUs with other work
+        result.warnings.append(f"{busy}: no speed verdict (close other programs, or use fewer threads)")
+        for t in [m.timing for m in result.modules] + [e.timing if e is not None else None]:
+            if t is not None:
+                t.busy = busy
     project(result)
     result.family_verdicts = family_verdicts(result)
     noisy = [m.path for m in result.modules if m.timing is not None and m.timing.noisy]
-    e = result.end_to_end
     if e is not None and e.timing is not None and e.timing.noisy:
         noisy.append("end to end")
     if noisy:
@@ -283,7 +289,7 @@ def _checks(
             "(a busy machine? raise the rounds, set the threads, or close other programs)"
         )
     timed = [(m.path, m.timing) for m in result.modules] + [("end to end", e.timing if e is not None else None)]
-    few = [(name, t) for name, t in timed if t is not None and t.verdict == "undetermined"]
+    few = [(name, t) for name, t in timed if t is not None and t.repeats < MIN_VERDICT_ROUNDS]
     if few:
         result.warnings.append(
             f"no speed verdict for {', '.join(n for n, _ in few)}: {few[0][1].verdict_reason} "
@@ -466,17 +472,21 @@ def _load_report(plan: FusionPlan, switch: Any, dtype: str, device: str, seconds
 
 
 def _busy(workload: CheckedWorkload) -> str:
-    """A warning when other work shared the CPUs during the timings ("" when it did not)."""
+    """A "machine busy: ..." reason when other work contended the CPUs during the timings ("" when it did not).
+
+    Contended: the load average (1 minute, before or after the timings) less the check's own
+    threads is above the cores the check does not use, i.e. the load exceeds the CPUs. The
+    check's timings then get no verdict (:attr:`~fusion_core.run.results.Timing.busy`).
+    """
     cpus = os.cpu_count() or 1
     loads = [x for x in (workload.load_before, workload.load_after) if x is not None]
     threads = workload.threads or 1
-    # the load average counts the check's own threads too: busy when others keep half the CPUs
-    if not loads or max(loads) - threads <= cpus / 2:
+    free = max(cpus - threads, 0)
+    if not loads or max(loads) - threads <= free:
         return ""
     return (
-        f"the machine was busy: load average {workload.load_before or 0:.1f} before the timings and "
-        f"{workload.load_after or 0:.1f} after, on {cpus} CPU(s) with {threads} thread(s) for the check; "
-        "the noise floor of each timing says how far that moved them"
+        f"machine busy: load average {workload.load_before or 0:.1f} before, {workload.load_after or 0:.1f} after, "
+        f"on {cpus} CPU(s) with {threads} thread(s) for the check"
     )
 
 

@@ -155,16 +155,18 @@ class Timing:
     ``speedup_high`` bound it with a 95% bootstrap interval; ``noise_low`` and
     ``noise_high`` are the same interval for the original timed against itself in the
     same rounds (the A/A noise floor; it always holds 1.0), see
-    :func:`fusion_core.run.timing.measure`. ``verdict``: "faster" only when
-    ``speedup_low > max(1, noise_high)``, "slower" only when ``speedup_high < min(1,
-    noise_low)``, else "same"; "undetermined" below :data:`MIN_VERDICT_ROUNDS` rounds
-    (``verdict_reason`` says so).
+    :func:`fusion_core.run.timing.measure`. ``verdict`` (:func:`speed_verdict`): with the
+    floor's width ``d = max(noise_high - 1, 1 - noise_low)``, "faster" only when
+    ``speedup_low > 1 + d``, "slower" only when ``speedup_high < 1 - d``, else "same";
+    "undetermined" below :data:`MIN_VERDICT_ROUNDS` rounds, or on a busy machine (``busy``,
+    set by the check from the load averages, or ``d`` above :data:`MAX_FLOOR`);
+    ``verdict_reason`` says why.
     """
 
     PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
         "original_ms", "fused_ms", "speedup", "speedup_low", "speedup_high", "verdict", "repeats", "noisy",
         "original_peak_mb", "fused_peak_mb", "noise_low", "noise_high", "verdict_reason", "warmup_rounds",
-        "first_call_ms", "fused_first_call_ms",
+        "first_call_ms", "fused_first_call_ms", "busy",
     )  # fmt: skip
 
     original_ms: float = field(metadata=plain(dump=_round(4)))
@@ -182,6 +184,7 @@ class Timing:
     warmup_rounds: int = 0  # warm-up calls per side before the first timed round
     first_call_ms: float | None = field(default=None, metadata=plain(dump=_round_finite(4)))  # original's first
     fused_first_call_ms: float | None = field(default=None, metadata=plain(dump=_round_finite(4)))
+    busy: str = ""  # "machine busy: load average ..." when other work contended the CPUs (no verdict)
 
     def __post_init__(self) -> None:
         if self.speedup != self.speedup:  # NaN: built from two medians only
@@ -194,53 +197,88 @@ class Timing:
 
     @property
     def verdict(self) -> str:
-        """``"faster"``, ``"slower"``, ``"same"`` (the interval holds 1.0 or lies within the
-        noise floor) or ``"undetermined"`` (fewer than :data:`MIN_VERDICT_ROUNDS` rounds)."""
-        return speed_verdict(self.speedup_low, self.speedup_high, self.noise_low, self.noise_high, self.repeats)
+        """``"faster"``, ``"slower"``, ``"same"`` (within the noise floor, on either side) or
+        ``"undetermined"`` (too few rounds, or a busy machine: :attr:`verdict_reason`)."""
+        return speed_verdict(
+            self.speedup_low, self.speedup_high, self.noise_low, self.noise_high, self.repeats, self.busy
+        )
 
     @property
     def verdict_reason(self) -> str:
         """Why the verdict is "undetermined" ("" otherwise)."""
-        if self.repeats < MIN_VERDICT_ROUNDS:
-            return f"{self.repeats} paired round(s); a verdict needs at least {MIN_VERDICT_ROUNDS}"
-        return ""
+        return undetermined_reason(self.noise_low, self.noise_high, self.repeats, self.busy)
 
     @property
     def noise(self) -> float:
-        """The floor's larger distance from 1.0 (0.02 is ±2%)."""
-        return max(1.0 - self.noise_low, self.noise_high - 1.0)
+        """The floor's larger distance from 1.0 (``d``; 0.02 for a floor of [0.98, 1.01])."""
+        return floor_width(self.noise_low, self.noise_high)
 
     def interval_text(self) -> str:
         """``1.52x [1.40, 1.66]``: the ratio with its interval, as the CLI and GUI print it."""
         return f"{self.speedup:.2f}x [{self.speedup_low:.2f}, {self.speedup_high:.2f}]"
 
     def verdict_text(self) -> str:
-        """``1.90x [1.84, 1.95] faster (noise ±2%)``: ratio, interval, verdict and floor."""
+        """``1.90x [1.84, 1.95] faster (noise [0.98, 1.02])``: ratio, interval, verdict and floor."""
         return f"{self.interval_text()} {self.verdict} ({self.floor_text()})"
 
     def floor_text(self) -> str:
-        """``noise ±2%``, or the reason of an undetermined verdict next to it."""
-        floor = noise_text(self.noise)
+        """``noise [0.98, 1.02]``, or the reason of an undetermined verdict next to it."""
+        floor = noise_text(self.noise_low, self.noise_high)
         return f"{floor}; {self.verdict_reason}" if self.verdict_reason else floor
 
 
 MIN_VERDICT_ROUNDS = 5  # paired rounds a "faster" / "slower" / "same" needs
 
 
-def speed_verdict(low: float, high: float, noise_low: float, noise_high: float, rounds: int) -> str:
-    """The rule of every speed verdict (a module, end to end, a family, a benchmark row)."""
+MAX_FLOOR = 0.25  # a noise floor straying further from 1.0 than this: the machine was busy, no verdict
+
+
+def floor_width(noise_low: float, noise_high: float) -> float:
+    """``d``: the A/A floor's largest distance from 1.0, on either side."""
+    return max(noise_high - 1.0, 1.0 - noise_low, 0.0)
+
+
+def undetermined_reason(noise_low: float, noise_high: float, rounds: int, busy: str = "") -> str:
+    """Why a timing gives no verdict ("" when it gives one): too few rounds, a busy machine
+    (``busy``, from the load averages), or a floor wider than :data:`MAX_FLOOR`."""
     if rounds < MIN_VERDICT_ROUNDS:
+        return f"{rounds} paired round(s); a verdict needs at least {MIN_VERDICT_ROUNDS}"
+    if busy:
+        return busy
+    if floor_width(noise_low, noise_high) > MAX_FLOOR:
+        return (
+            f"machine busy: the noise floor {floor_interval(noise_low, noise_high)} strays more than "
+            f"{MAX_FLOOR:.0%} from 1"
+        )
+    return ""
+
+
+def speed_verdict(low: float, high: float, noise_low: float, noise_high: float, rounds: int, busy: str = "") -> str:
+    """The rule of every speed verdict (a module, end to end, a family, a benchmark row).
+
+    With ``d = max(noise_high - 1, 1 - noise_low)``: "faster" only when ``low > 1 + d``,
+    "slower" only when ``high < 1 - d`` (the floor's full width cleared on either side),
+    else "same"; "undetermined" when :func:`undetermined_reason` gives a reason.
+    """
+    if undetermined_reason(noise_low, noise_high, rounds, busy):
         return "undetermined"
-    if low > max(1.0, noise_high):
+    d = floor_width(noise_low, noise_high)
+    if low > 1.0 + d:
         return "faster"
-    if high < min(1.0, noise_low):
+    if high < 1.0 - d:
         return "slower"
     return "same"
 
 
-def noise_text(noise: float) -> str:
-    """``noise ±2%`` (one decimal below 1%)."""
-    return f"noise ±{noise:.1%}" if noise < 0.01 else f"noise ±{noise:.0%}"
+def floor_interval(noise_low: float, noise_high: float) -> str:
+    """``[0.98, 1.02]``: the A/A floor as measured (three decimals when it is within 1% of 1)."""
+    digits = 3 if floor_width(noise_low, noise_high) < 0.01 else 2
+    return f"[{noise_low:.{digits}f}, {noise_high:.{digits}f}]"
+
+
+def noise_text(noise_low: float, noise_high: float) -> str:
+    """``noise [0.98, 1.02]``: the floor as it is printed next to a ratio (never "±")."""
+    return f"noise {floor_interval(noise_low, noise_high)}"
 
 
 @dataclass

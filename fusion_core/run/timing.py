@@ -15,10 +15,12 @@ only from evidence. The one timing machinery of the engine and of ``benchmarks/`
   (``noise_low``, ``noise_high``, widened to hold 1.0).
 - **Stop** once both intervals are within ``target`` of their median (from
   :data:`MIN_VERDICT_ROUNDS` rounds on), or the time budget is spent, or ``max_rounds``.
-- **Verdict** (:attr:`~fusion_core.run.results.Timing.verdict`): "faster" only when
-  ``speedup_low > max(1, noise_high)``, "slower" only when ``speedup_high < min(1,
-  noise_low)``, else "same"; "undetermined" (with the reason) below
-  :data:`MIN_VERDICT_ROUNDS` paired rounds.
+- **Verdict** (:func:`~fusion_core.run.results.speed_verdict`): with the floor's width
+  ``d = max(noise_high - 1, 1 - noise_low)``, "faster" only when ``speedup_low > 1 + d``,
+  "slower" only when ``speedup_high < 1 - d``, else "same"; "undetermined" (with the
+  reason) below :data:`MIN_VERDICT_ROUNDS` paired rounds, or on a busy machine: ``d``
+  above :data:`~fusion_core.run.results.MAX_FLOOR`, or (set by the check) a load average
+  above the cores the check does not use.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from .results import CheckResult, FamilyVerdict, ModuleCheck, noise_text, speed_verdict
+from .results import CheckResult, FamilyVerdict, ModuleCheck, noise_text, speed_verdict, undetermined_reason
 
 
 def amdahl(parts: list[tuple[float, float]]) -> float | None:
@@ -70,7 +70,7 @@ def project(result: CheckResult) -> None:
 def family_verdicts(result: CheckResult) -> list[FamilyVerdict]:
     """One :class:`FamilyVerdict` per family, in the order of the fusion config.
 
-    For example ``patch_embeddings: exact; module 3.60x [3.40, 3.80] faster (noise ±2%);
+    For example ``patch_embeddings: exact; module 3.60x [3.40, 3.80] faster (noise [0.98, 1.02]);
     2.0% [1.9%, 2.1%] of end-to-end time → about 1.02x [1.02, 1.02] end to end``.
     """
     out = []
@@ -86,7 +86,7 @@ def family_verdicts(result: CheckResult) -> list[FamilyVerdict]:
             v.high = statistics.median(t.speedup_high for t in timed)
             v.noise_low = statistics.median(t.noise_low for t in timed)
             v.noise_high = statistics.median(t.noise_high for t in timed)
-            v.verdict = speed_verdict(v.low, v.high, v.noise_low, v.noise_high, min(t.repeats for t in timed))
+            v.verdict = speed_verdict(v.low, v.high, v.noise_low, v.noise_high, *_rounds_busy(mods))
         shares = [m.share_of_end_to_end for m in mods if m.share_of_end_to_end is not None]
         if shares:
             v.share = sum(shares)
@@ -97,6 +97,12 @@ def family_verdicts(result: CheckResult) -> list[FamilyVerdict]:
         v.line = _line(v, mods)
         out.append(v)
     return out
+
+
+def _rounds_busy(mods: list[ModuleCheck]) -> tuple[int, str]:
+    """The fewest paired rounds of the family's timings, and the first "machine busy" reason among them."""
+    timed = [m.timing for m in mods if m.timing is not None]
+    return min(t.repeats for t in timed), next((t.busy for t in timed if t.busy), "")
 
 
 def _line(v: FamilyVerdict, mods: list[ModuleCheck]) -> str:
@@ -110,7 +116,10 @@ def _line(v: FamilyVerdict, mods: list[ModuleCheck]) -> str:
     parts = [f"{v.name}: {head}"]
     if v.speedup is not None:
         count = f" (median of {len(mods)})" if len(mods) > 1 else ""
-        floor = noise_text(max(1.0 - v.noise_low, v.noise_high - 1.0))
+        floor = noise_text(v.noise_low, v.noise_high)
+        reason = undetermined_reason(v.noise_low, v.noise_high, *_rounds_busy(mods))
+        if reason:
+            floor += f"; {reason}"
         parts.append(f"module {v.speedup:.2f}x [{v.low:.2f}, {v.high:.2f}] {v.verdict} ({floor}){count}")
     if v.share is not None and v.projected_end_to_end is not None:
         lows = [m.share_low for m in mods if m.share_low is not None]

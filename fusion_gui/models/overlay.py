@@ -44,7 +44,7 @@ class ModuleScore:
     share: float | None
     verified_by: str
     error: str
-    floor: str = ""  # "noise ±2%": the timing's A/A noise floor (and why a verdict is undetermined)
+    floor: str = ""  # "noise [0.98, 1.02]": the timing's A/A noise floor (and why a verdict is undetermined)
     share_interval: str = ""  # "[8.7%, 11.2%]": the share's 95% interval
 
     @classmethod

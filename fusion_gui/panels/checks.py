@@ -67,7 +67,8 @@ COLUMNS = (
         "speedup_text",
         "Speedup [95%] (noise)",
         tooltip="median of original/fused per round, with its 95% interval, the verdict and the A/A noise floor "
-        "(the original timed against itself in the same rounds): faster or slower only outside it, from 5 rounds on",
+        "(the original timed against itself in the same rounds), as measured: faster or slower only clear of 1 by more than its "
+        "widest side, from 5 rounds on, never on a busy machine",
         numeric=True,
     ),
     Column(

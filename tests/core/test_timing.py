@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from fusion_core.boundary.options import TimingOptions
-from fusion_core.run.results import Timing
+from fusion_core.run.results import Timing, speed_verdict
 from fusion_core.run.timing import measure, warm_up
 from fusion_core.run.verdicts import amdahl, amdahl_interval
 
@@ -61,7 +61,7 @@ def test_a_module_that_does_its_work_twice_reads_slower(linear) -> None:
         t = measure(lambda: module(x), lambda: slowed(x), QUICK)
     assert t.verdict == "slower", t
     assert t.speedup_high < t.noise_low <= 1.0 and t.speedup < 0.8
-    assert "slower (noise ±" in t.verdict_text()
+    assert "slower (noise [" in t.verdict_text() and "±" not in t.verdict_text()
 
 
 def test_verdict_rules() -> None:
@@ -74,8 +74,34 @@ def test_verdict_rules() -> None:
     assert t.verdict == "undetermined" and "4 paired round(s)" in t.verdict_reason and "5" in t.verdict_reason
     assert Timing(1.0, 1.0, 5, 1.0, 0.9, 1.1, noise_low=1.05, noise_high=0.95).noise_low == 1.0  # widened to 1.0
     assert Timing(1.0, 1.0, 9, 1.9, 1.84, 1.95, noise_low=0.98, noise_high=1.02).verdict_text() == (
-        "1.90x [1.84, 1.95] faster (noise ±2%)"
+        "1.90x [1.84, 1.95] faster (noise [0.98, 1.02])"
     )
+    assert Timing(1.0, 1.0, 9, 1.9, 1.84, 1.95, noise_low=0.998, noise_high=1.003).floor_text() == (
+        "noise [0.998, 1.003]"
+    )
+
+
+def test_floors_are_symmetric() -> None:
+    """The floor's full width d = max(noise_high - 1, 1 - noise_low) is cleared on both sides:
+    "faster" only when speedup_low > 1 + d, "slower" only when speedup_high < 1 - d (issue 29)."""
+    # a one-sided floor below 1 no longer makes "faster" cheap, nor one above 1 "slower"
+    assert Timing(1.0, 1.0, 9, 1.12, 1.10, 1.14, noise_low=0.85, noise_high=1.0).verdict == "same"
+    assert Timing(1.0, 1.0, 9, 1.20, 1.16, 1.24, noise_low=0.85, noise_high=1.0).verdict == "faster"
+    assert Timing(1.0, 1.0, 9, 0.88, 0.86, 0.90, noise_low=1.0, noise_high=1.15).verdict == "same"
+    assert Timing(1.0, 1.0, 9, 0.80, 0.78, 0.84, noise_low=1.0, noise_high=1.15).verdict == "slower"
+    # the same rule for a family's medians
+    assert speed_verdict(1.10, 1.14, 0.85, 1.0, 9) == "same" and speed_verdict(0.86, 0.9, 1.0, 1.15, 9) == "same"
+
+
+def test_a_floor_wider_than_the_bound_gives_no_verdict() -> None:
+    """The issue's newcomer saw ``1.06x [1.05, 1.08] faster (noise ±40%)``: a floor of [0.60,
+    1.00] is a busy machine, undetermined, and printed as measured."""
+    t = Timing(1.0, 1.0, 9, 1.06, 1.05, 1.08, noise_low=0.60, noise_high=1.0)
+    assert t.verdict == "undetermined" and t.verdict_reason.startswith("machine busy")
+    assert t.verdict_text().startswith("1.06x [1.05, 1.08] undetermined (noise [0.60, 1.00]; machine busy")
+    assert "±" not in t.verdict_text()
+    busy = Timing(1.0, 1.0, 9, 2.0, 1.9, 2.1, noise_low=0.99, noise_high=1.01, busy="machine busy: load average 5")
+    assert busy.verdict == "undetermined" and busy.verdict_reason == "machine busy: load average 5"
 
 
 def test_few_rounds_are_undetermined(linear) -> None:

@@ -45,7 +45,7 @@ def test_workload_controls_and_verdicts(qtbot, window, open_model, only_fusions,
     assert [r["module"] for r in rows] == [m.path for m in result.modules] + ["end to end"]
     assert all(r["verified_by"] == "end-to-end inputs" for r in rows[:-1])
     # the ratio with its interval, its verdict and its A/A noise floor
-    assert rows[0]["speedup_text"] == patch.timing.verdict_text() and "(noise ±" in rows[0]["speedup_text"]
+    assert rows[0]["speedup_text"] == patch.timing.verdict_text() and "(noise [" in rows[0]["speedup_text"]
     # one whisker per row (modules and end to end), spanning the interval; one floor box per row, holding 1.0
     assert len(panel.chart.whiskers) == len(rows) == len(panel.chart.floors)
     floor_ys = [p.y() for p in panel.chart.floors[0].points()]
