@@ -207,7 +207,7 @@ def format_check(result: Any) -> str:
     tol = result.tolerance
     lines = [
         f"{result.model}: {result.model_class}, {', '.join(result.fusion_config) or 'no fusion'}, "
-        f"{result.dtype} on {result.device} (pass: max|diff| <= {tol.atol:g} + {tol.rtol:g} x max|original|)"
+        f"{result.dtype} on {result.device} (pass: max|diff| <= {tol.atol:g} x min(1, max|original|) + {tol.rtol:g} x max|original|)"
     ]
     if result.nothing_to_fuse:
         lines += result.messages
