@@ -601,17 +601,7 @@ def _module_alone(
         return ModuleCheck(path, family, type(meta).__name__, "", error=f"not verified: {e}")
     mod_f = copy.deepcopy(mod_o)
     spec.fuse_module(mod_f)
-    check = ModuleCheck(path, family, type(mod_o).__name__, type(mod_f).__name__)
-    if captured is not None:
-        check.verified_by = BY_END_TO_END
-        args, kwargs = captured
-    else:
-        args, kwargs = _samples(check, mod_o, plan, workload, True)
-        if check.error:
-            return check
-        check.verified_by = BY_SAMPLES
-    _compare_and_time(check, mod_o, mod_f, args, kwargs, workload, timing)
-    return check
+    return _check_module(path, plan, mod_o, mod_f, captured, workload, timing, True)
 
 
 def _check_end_to_end(

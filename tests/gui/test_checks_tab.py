@@ -105,13 +105,19 @@ def test_nothing_to_check_says_which_families_and_is_no_pass(qtbot, window, open
     assert "nothing to check: no family enabled" in panel.banner.text()
 
 
-def test_a_memory_budget_reaches_the_check(qtbot, window, open_model, only_fusions, qwen2_vl_dir):
-    """The workload's memory budget (accelerate's max_memory) goes to the engine's check and is said."""
-    open_model(window, str(qwen2_vl_dir))
-    only_fusions(window, "patch_embeddings")
+def _quick_checks(window, open_model, only_fusions, spec, *families):
+    """The Checks tab on ``spec`` with ``families``: no upstream parity, one timed round."""
+    open_model(window, spec)
+    only_fusions(window, *families)
     panel = window.checks
     panel.upstream_box.setChecked(False)
     panel.repeats.setValue(1)
+    return panel
+
+
+def test_a_memory_budget_reaches_the_check(qtbot, window, open_model, only_fusions, qwen2_vl_dir):
+    """The workload's memory budget (accelerate's max_memory) goes to the engine's check and is said."""
+    panel = _quick_checks(window, open_model, only_fusions, str(qwen2_vl_dir), "patch_embeddings")
     w = panel.workload
     assert w.max_memory.value() == 0 and w.max_memory.specialValueText() == "available"
     w.max_memory.setValue(1)
@@ -122,11 +128,7 @@ def test_a_memory_budget_reaches_the_check(qtbot, window, open_model, only_fusio
 
 def test_generation_from_the_workload(qtbot, window, open_model, only_fusions, qwen2_vl_dir):
     """The workload's "generate" decodes greedily, original against fused, and the verdicts say so."""
-    open_model(window, str(qwen2_vl_dir))
-    only_fusions(window, "patch_embeddings", "qkv")
-    panel = window.checks
-    panel.upstream_box.setChecked(False)
-    panel.repeats.setValue(1)
+    panel = _quick_checks(window, open_model, only_fusions, str(qwen2_vl_dir), "patch_embeddings", "qkv")
     w = panel.workload
     assert w.generate.value() == 0 and w.generate.specialValueText() == "off"
     w.generate.setValue(6)
