@@ -60,7 +60,13 @@ COLUMNS = (
     Column("module", "Module", tooltip="pass (green) when max |fused - original| is within the dtype's limit"),
     Column("verified_by", "Verified by", tooltip="end-to-end inputs, or inputs the family made for the module alone"),
     Column("max_abs_diff", "Max abs diff", _num("{:.2e}"), numeric=True),
-    Column("limit", "Limit", _num("{:.1e}"), numeric=True, tooltip="atol + rtol × max |original|"),
+    Column(
+        "limit",
+        "Limit",
+        _num("{:.1e}"),
+        numeric=True,
+        tooltip="atol × min(1, max |original|) + rtol × max |original| (relative below 1), or twice the rounding floor",
+    ),
     Column("original_ms", "Original ms", _num("{:.3f}"), numeric=True, tooltip="median over the paired rounds"),
     Column("fused_ms", "Fused ms", _num("{:.3f}"), numeric=True, tooltip="median over the paired rounds"),
     Column(
@@ -402,7 +408,7 @@ class ChecksPanel(QWidget):
         self._fit(all_rows)
         self.chart.set_rows(rows, end)
         tol = result.tolerance
-        rule = f"limit for {result.dtype}: atol {tol.atol} + rtol {tol.rtol} × max |original|"
+        rule = f"limit for {result.dtype}: atol {tol.atol} × min(1, max |original|) + rtol {tol.rtol} × max |original|"
         if result.nothing_to_fuse:
             self._set_role(self.banner, "warn", html.escape(" ".join(result.messages) or "Nothing to check."))
         elif result.passed:
