@@ -8,6 +8,7 @@ the next yield: :func:`drive` closes the generator, so its ``finally`` blocks cl
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -53,6 +54,36 @@ ProgressCallback = Callable[[Progress], None]
 ProgressGenerator = Generator[Progress, None, T]
 
 
+@dataclass
+class _Driving:
+    progress: ProgressCallback | None
+    cancel: CancelToken | None
+    last: Progress
+
+
+_DRIVING: contextvars.ContextVar[_Driving | None] = contextvars.ContextVar("fusion_core_driving", default=None)
+
+
+def heartbeat(message: str) -> None:
+    """Report from inside a step that cannot yield (a timing round, a forward at real size).
+
+    The callback of the operation :func:`drive` runs in this thread gets a :class:`Progress`
+    with the current step's counts and ``message``; a cancel token that is set raises
+    :class:`Cancelled` here, so a long step ends within one of its rounds (the generator's
+    ``finally`` blocks still run). Outside :func:`drive`: nothing.
+
+    Raises:
+        Cancelled: the operation's cancel token was set.
+    """
+    driving = _DRIVING.get()
+    if driving is None:
+        return
+    if driving.cancel is not None and driving.cancel.cancelled:
+        raise Cancelled("cancelled by the user")
+    if driving.progress is not None:
+        driving.progress(Progress(driving.last.done, driving.last.total, message))
+
+
 def drive(
     gen: Generator[Progress, None, T],
     progress: ProgressCallback | None = None,
@@ -71,6 +102,8 @@ def drive(
     Raises:
         Cancelled: when ``cancel`` was set before the operation finished.
     """
+    driving = _Driving(progress, cancel, Progress(0, 0))
+    token = _DRIVING.set(driving)  # for heartbeat(): steps that cannot yield report through it
     try:
         while True:
             if cancel is not None and cancel.cancelled:
@@ -80,7 +113,9 @@ def drive(
                 step = next(gen)
             except StopIteration as stop:
                 return stop.value
+            driving.last = step
             if progress is not None:
                 progress(step)
     finally:
         gen.close()
+        _DRIVING.reset(token)

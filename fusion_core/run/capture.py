@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckError, one_line
+from ..progress import heartbeat
 from .inputs import candidate_inputs
 from .results import tensors_of
 
@@ -110,6 +111,7 @@ def capture_runs(
                 calls.clear()
                 inputs.kwargs = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.kwargs.items()}
                 entry = model.get_submodule(inputs.entry) if inputs.entry else model
+                heartbeat(f"running the original on {group.label} ({inputs.kind} inputs)")
                 try:
                     with torch.inference_mode():
                         output = entry(**inputs.kwargs)

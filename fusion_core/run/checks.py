@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..boundary.options import CheckOptions, OptionError, TimingOptions, Workload
-from ..errors import CheckError
+from ..errors import Cancelled, CheckError
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from .capture import shapes_of
 from .loading import load_original, unpolluted, upstream_fusion_suspended
@@ -420,6 +420,8 @@ def _generation(model: nn.Module, switch: Any, inputs: Any, options: CheckOption
             for fused in (False, True):
                 switch.use(fused)
                 outs.append(model.generate(**inputs.kwargs, **kwargs))
+    except Cancelled:
+        raise
     except Exception as e:  # a model whose generate needs what the check did not give it
         return Generation(0, False, "skipped", cache=cache, note=f"generate fails: {str(e).strip()[:300]}")
     finally:
@@ -577,6 +579,8 @@ def _compare_and_time(
             check.timing = measure(
                 lambda: mod_o(*args, **kwargs), lambda: mod_f(*args, **kwargs), timing, device=w.device, seed=w.seed
             )
+    except Cancelled:
+        raise
     except Exception as e:  # a fused module that fails where its original runs is a finding, not a crash
         check.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..boundary.options import TimingOptions
+from ..progress import heartbeat
 from .results import MIN_VERDICT_ROUNDS, Timing
 
 __all__ = [
@@ -135,6 +136,7 @@ def warm_up(
     t0 = time.perf_counter()
     rounds = 0
     while rounds < max(2, max_calls):
+        heartbeat(f"warming up: round {rounds + 1}")
         for fn, sink in zip(calls, times):
             sync()
             start = time.perf_counter()
@@ -201,6 +203,8 @@ def measure(
     t0 = time.perf_counter()
     rounds = 0
     while rounds < max(1, o.max_rounds):
+        if rounds:
+            heartbeat(f"timing: round {rounds} done ({time.perf_counter() - t0:.0f} s)")
         for side in _ORDERS[rounds % len(_ORDERS)]:
             sync()
             start = time.perf_counter()

@@ -153,3 +153,23 @@ def test_image_model_with_conv2d_patches() -> None:
     assert "patch_embeddings_2d" in REGISTRY, "the built-in patch_embeddings_2d family is not registered"
     result = check("demo:vit", {"patch_embeddings_2d": True}, repeats=1, upstream=False, time_budget=0)
     assert result.passed and result.end_to_end.input_kind == "image"
+
+
+def test_timing_rounds_report_progress_and_cancel_inside_a_timing(qwen2_vl_dir: Path) -> None:
+    """A timing cannot yield: each of its rounds reports through the driven operation
+    (progress.heartbeat), and a cancel set during one ends the check at the next round."""
+    from fusion_core import Cancelled, CancelToken
+
+    token = CancelToken()
+    messages: list[str] = []
+
+    def on_step(step) -> None:
+        messages.append(step.message)
+        if step.message.startswith("timing: round 2"):
+            token.cancel()
+
+    with pytest.raises(Cancelled):
+        check(qwen2_vl_dir, PE, repeats=50, upstream=False, time_budget=30, progress=on_step, cancel=token)
+    assert any(m.startswith("warming up: round") for m in messages)
+    assert any(m.startswith("running the original on ") for m in messages)
+    assert messages[-1].startswith("timing: round 2"), messages[-3:]  # nothing ran after the cancel
