@@ -175,6 +175,22 @@ def tree_svg(rows: list[TreeRow], title: str = "", subtitle: str = "") -> str:
     return "\n".join(parts) + "\n"
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it where Linux says it (``/proc/self/status``)."""
+    import os
+
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: read by setting it back at once
+    os.umask(mask)
+    return mask
+
+
 def write_text(path: Any, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary sibling and a rename (never half a file)."""
     import os
@@ -184,6 +200,7 @@ def write_text(path: Any, text: str) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent or ".")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # the user's default mode, as any file they write (mkstemp: 0600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)

@@ -110,3 +110,22 @@ def test_the_window_side_imports_no_torch():
     code = "import sys, fusion_core.report, fusion_core.compare.result, fusion_core.host.ops; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False"]
+
+
+def test_written_text_files_get_the_users_default_mode(tmp_path):
+    """Reports and SVGs are written through a temporary sibling (mkstemp: 0600); the result has
+    the mode any file the user writes gets (issue 33: the report was 0600, the PNG 0644)."""
+    import os
+
+    from fusion_core.report.tree_image import write_text
+
+    old = os.umask(0o022)
+    try:
+        write_text(tmp_path / "report.html", "<p>ok</p>")
+        os.umask(0o077)
+        write_text(tmp_path / "private.md", "ok")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "report.html").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "private.md").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "report.html").read_text() == "<p>ok</p>"
