@@ -104,9 +104,9 @@ def format_comparison(c: Any) -> str:
                     (
                         k.status,
                         printable(k.key_a or ""),
-                        f"{_shape(k.shape_a)} {k.dtype_a or ''}".strip(),
+                        f"{_shape(k.stored('a'))} {k.dtype_a or ''}".strip(),
                         printable(k.key_b or ""),
-                        f"{_shape(k.shape_b)} {k.dtype_b or ''}".strip(),
+                        f"{_shape(k.stored('b'))} {k.dtype_b or ''}".strip(),
                         ", ".join(v for v in (k.via_a, k.via_b) if v) or ", ".join(k.changes),
                     )
                     for k in rows

@@ -31,6 +31,7 @@ class Entry:
     via: str = ""  # "" | "renames" | a family
     group: CheckpointTransform | None = None  # the transform whose fused keys hold it
     index: int = 0  # its place among the group's sources
+    stored_shape: tuple[int, ...] | None = None  # the stored tensor's shape, where it is not ``shape`` (fused)
 
 
 def _st_dtype(t: Any) -> str:
@@ -83,7 +84,11 @@ def key_view(insp: Inspection) -> tuple[dict[str, Entry], dict[str, Any], list[s
     for ct in cts:
         for i, src in enumerate(ct.transform.sources):
             stored = ct.target_keys[min(i, len(ct.target_keys) - 1)]
-            entries[src] = Entry(src, stored, tuple(ct.source_shapes[i]), ct.dtype, ct.family, ct, i)
+            held = ckpt.tensors.get(stored)
+            shape = tuple(ct.source_shapes[i])
+            # what the fused key stores: e.g. the whole qkv_proj, or the flattened patch Linear
+            kept = tuple(held.shape) if held is not None and tuple(held.shape) != shape else None
+            entries[src] = Entry(src, stored, shape, ct.dtype, ct.family, ct, i, kept)
         covered.update(ct.target_keys)
     from ..plan.key_names import Found
 
@@ -120,12 +125,32 @@ def match_keys(a: dict[str, Entry], b: dict[str, Entry]) -> list[KeyRow]:
         else:
             status = "equal"
         rows.append(
-            KeyRow(name, status, ea.stored, eb.stored, ea.shape, eb.shape, ea.dtype, eb.dtype, ea.via, eb.via, changes)
+            KeyRow(
+                name,
+                status,
+                ea.stored,
+                eb.stored,
+                ea.shape,
+                eb.shape,
+                ea.dtype,
+                eb.dtype,
+                ea.via,
+                eb.via,
+                changes,
+                stored_shape_a=ea.stored_shape,
+                stored_shape_b=eb.stored_shape,
+            )
         )
     for name in sorted(a.keys() - b.keys()):
         e = a[name]
-        rows.append(KeyRow(name, "removed", key_a=e.stored, shape_a=e.shape, dtype_a=e.dtype, via_a=e.via))
+        rows.append(
+            KeyRow(name, "removed", key_a=e.stored, shape_a=e.shape, dtype_a=e.dtype, via_a=e.via,
+                   stored_shape_a=e.stored_shape)
+        )  # fmt: skip
     for name in sorted(b.keys() - a.keys()):
         e = b[name]
-        rows.append(KeyRow(name, "added", key_b=e.stored, shape_b=e.shape, dtype_b=e.dtype, via_b=e.via))
+        rows.append(
+            KeyRow(name, "added", key_b=e.stored, shape_b=e.shape, dtype_b=e.dtype, via_b=e.via,
+                   stored_shape_b=e.stored_shape)
+        )  # fmt: skip
     return rows

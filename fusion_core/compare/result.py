@@ -93,10 +93,19 @@ class KeyRow:
     via_a: str = ""
     via_b: str = ""
     changes: tuple[str, ...] = ()  # "shape", "dtype"
+    #: what the checkpoint stores under ``key_a``/``key_b`` where that is not ``shape_a``/``shape_b``
+    #: (a fused key: the whole ``qkv_proj``, the flattened patch Linear); None: the same shape
+    stored_shape_a: Shape | None = None
+    stored_shape_b: Shape | None = None
 
     @property
     def families(self) -> list[str]:
         return [v for v in (self.via_a, self.via_b) if v and v != "renames"]
+
+    def stored(self, side: str) -> Shape | None:
+        """The shape the checkpoint of ``side`` ("a" or "b") stores for this key."""
+        held = getattr(self, f"stored_shape_{side}")
+        return held if held is not None else getattr(self, f"shape_{side}")
 
 
 @dataclass(frozen=True)

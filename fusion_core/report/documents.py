@@ -136,8 +136,8 @@ def _comparison_tables(c: Any) -> list[tuple[str, list[str], list[tuple[Any, ...
         for m in c.modules if m.status != "equal"
     ]  # fmt: skip
     keys = [
-        (k.status, k.name, k.key_a or "", f"{_shape(k.shape_a)} {k.dtype_a or ''}".strip(), k.key_b or "",
-         f"{_shape(k.shape_b)} {k.dtype_b or ''}".strip(), ", ".join(v for v in (k.via_a, k.via_b) if v),
+        (k.status, k.name, k.key_a or "", f"{_shape(k.stored('a'))} {k.dtype_a or ''}".strip(), k.key_b or "",
+         f"{_shape(k.stored('b'))} {k.dtype_b or ''}".strip(), ", ".join(v for v in (k.via_a, k.via_b) if v),
          ", ".join(k.changes))
         for k in c.keys if k.status != "equal"
     ]  # fmt: skip

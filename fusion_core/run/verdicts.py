@@ -39,6 +39,18 @@ def amdahl_interval(
     return (low, high) if low is not None and high is not None else None
 
 
+def _around(point: float | None, interval: tuple[float, float] | None) -> tuple[float | None, float | None]:
+    """The interval, widened to hold its point. Shares are timed one module at a time, so on a
+    busy machine they can add up to more than the whole forward; ``amdahl`` then clamps the
+    rest at 0, differently for the point and for the ends, and a point could fall outside."""
+    if interval is None:
+        return None, None
+    low, high = interval
+    if point is None:
+        return low, high
+    return min(low, point), max(high, point)
+
+
 def _parts(modules: list[ModuleCheck]) -> list[tuple[float, float]]:
     return [
         (m.share_of_end_to_end, m.timing.speedup)
@@ -63,8 +75,7 @@ def project(result: CheckResult) -> None:
     e = result.end_to_end
     if e is not None:
         e.projected_speedup = amdahl(_parts(result.modules))
-        interval = amdahl_interval(_boxes(result.modules))
-        e.projected_low, e.projected_high = interval if interval is not None else (None, None)
+        e.projected_low, e.projected_high = _around(e.projected_speedup, amdahl_interval(_boxes(result.modules)))
 
 
 def family_verdicts(result: CheckResult) -> list[FamilyVerdict]:
@@ -93,7 +104,7 @@ def family_verdicts(result: CheckResult) -> list[FamilyVerdict]:
             v.projected_end_to_end = amdahl(_parts(mods))
             interval = amdahl_interval(_boxes(mods))
             if interval is not None:
-                v.projected_low, v.projected_high = interval
+                v.projected_low, v.projected_high = _around(v.projected_end_to_end, interval)
         v.line = _line(v, mods)
         out.append(v)
     return out

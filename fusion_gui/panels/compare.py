@@ -56,14 +56,22 @@ MODULE_COLUMNS = (
     Column("params_b", "Params B", text=_n, numeric=True),
     Column("changes", "What differs", text=lambda c: ", ".join(c)),
 )
+
+
+def _stored(row: dict, side: str) -> str:
+    """The stored shape (a fused key holds more than the model key it feeds), else the key's own."""
+    shape = row.get(f"stored_shape_{side}") or row.get(f"shape_{side}")
+    return shape_text(shape) if shape is not None else ""
+
+
 KEY_COLUMNS = (
     Column("status", "Status", tooltip="equal, renamed (transformers' renamings), transformed (a family), changed..."),
     Column("name", "Model key"),
     Column("key_a", "Key A"),
-    Column("shape_a", "Shape A", text=shape_text),
+    Column("shape_a", "Shape A", display=lambda r: _stored(r, "a"), tooltip="the shape the checkpoint stores"),
     Column("dtype_a", "Dtype A"),
     Column("key_b", "Key B"),
-    Column("shape_b", "Shape B", text=shape_text),
+    Column("shape_b", "Shape B", display=lambda r: _stored(r, "b"), tooltip="the shape the checkpoint stores"),
     Column("dtype_b", "Dtype B"),
     Column("via", "Via", display=lambda r: ", ".join(v for v in (r.get("via_a"), r.get("via_b")) if v)),
     Column("value", "Values", tooltip="after Compare values: equal (bitwise), close, different"),

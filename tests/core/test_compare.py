@@ -127,6 +127,10 @@ def test_fused_export_against_its_source(llama_dir, tmp_path):
         assert {v.how for v in c.values if v.name in transformed} == {"transform"}
         assert {v.how for v in c.values if v.name not in transformed} == {"bytes"}
     assert c.key_counts()["transformed"] == 10
+    # each side's stored shape: the fused side holds the whole qkv_proj (64 q + 32 k + 32 v rows)
+    q = next(k for k in c.keys if k.name == "model.layers.0.self_attn.q_proj.weight")
+    assert (q.shape_a, q.stored_shape_a, q.stored("a")) == ((64, 64), (128, 64), (128, 64))
+    assert (q.shape_b, q.stored_shape_b, q.stored("b")) == ((64, 64), None, (64, 64))
     # a changed fused tensor is found through the inverse transform, on the source's key
     sd = load_file(tmp_path / "fused" / "model.safetensors")
     sd["model.layers.0.self_attn.qkv_proj.weight"][100, 0] += 1  # a row of v_proj (64 q + 32 k rows first)
