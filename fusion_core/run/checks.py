@@ -414,21 +414,31 @@ def _generation(model: nn.Module, switch: Any, inputs: Any, options: CheckOption
     kwargs.update(output_scores=True, return_dict_in_generate=True)
     if cache == "static":
         kwargs["cache_implementation"] = "static"
+    # the forward's own switches are not generate's: a check runs forwards with use_cache=False,
+    # and generation is judged with the KV cache
+    feed = {k: v for k, v in inputs.kwargs.items() if k not in ("use_cache", "return_dict")}
+    note = ""
+    tensors = {k for k, v in feed.items() if isinstance(v, torch.Tensor)}
+    if tensors <= {"input_ids", "attention_mask"} and feed["input_ids"].shape[0] == 1:
+        feed, note = _left_padded_pair(model, feed["input_ids"])
+        kwargs["pad_token_id"] = int(feed["input_ids"][1, 0])
     outs = []
     try:
         with torch.inference_mode():
             for fused in (False, True):
                 switch.use(fused)
-                outs.append(model.generate(**inputs.kwargs, **kwargs))
+                outs.append(model.generate(**feed, **kwargs))
     except Cancelled:
         raise
     except Exception as e:  # a model whose generate needs what the check did not give it
         return Generation(0, False, "skipped", cache=cache, note=f"generate fails: {str(e).strip()[:300]}")
     finally:
         switch.use(False)
-    start = inputs.kwargs["input_ids"].shape[-1]
+    start = feed["input_ids"].shape[-1]
     a, b = (o.sequences[:, start:] for o in outs)
-    out = Generation(int(a.shape[-1]), bool(torch.equal(a, b)), "identical", cache=cache)
+    if getattr(outs[0], "past_key_values", None) is None:  # said, never silently a cacheless run
+        note = "; ".join(filter(None, [note, "ran without a KV cache (the model returned none)"]))
+    out = Generation(int(a.shape[-1]), bool(torch.equal(a, b)), "identical", cache=cache, note=note)
     if out.identical:
         return out
     steps = min(a.shape[-1], b.shape[-1])
@@ -451,6 +461,25 @@ def _generation(model: nn.Module, switch: Any, inputs: Any, options: CheckOption
     crossed = tb in [t for t, _ in out.original_top] and ta in [t for t, _ in out.fused_top]
     out.verdict = "near tie" if crossed and out.margin < NEAR_TIE else "diverges"
     return out
+
+
+def _left_padded_pair(model: nn.Module, ids: Any) -> tuple[dict[str, Any], str]:
+    """Text generation on a batch of two: the row, and the row shifted right behind pad tokens
+    (left padding, as a server batches prompts of different lengths), with its attention mask."""
+    import torch
+
+    n = int(ids.shape[-1])
+    pad = max(1, min(4, n // 2))
+    config = getattr(model, "generation_config", None)
+    pad_id = getattr(config, "pad_token_id", None)
+    if pad_id is None:
+        pad_id = getattr(model.config, "pad_token_id", None)
+    pad_id = int(pad_id[0] if isinstance(pad_id, (list, tuple)) else (pad_id if pad_id is not None else 0))
+    second = torch.cat([torch.full((1, pad), pad_id, dtype=ids.dtype, device=ids.device), ids[:, : n - pad]], 1)
+    mask = torch.ones(2, n, dtype=torch.long, device=ids.device)
+    mask[1, :pad] = 0
+    note = f"text: a batch of two, the second row left-padded by {pad} token(s)"
+    return {"input_ids": torch.cat([ids, second], 0), "attention_mask": mask}, note
 
 
 def _load_report(plan: FusionPlan, switch: Any, dtype: str, device: str, seconds: float) -> LoadReport:

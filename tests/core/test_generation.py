@@ -28,7 +28,7 @@ def test_a_vlm_generates_the_same_tokens_fused(qwen2_vl_dir: Path, tmp_path: Pat
     answer = json.loads(capsys.readouterr().out)
     g = answer["generation"]
     assert g["identical"] is True and g["new_tokens"] == 16 and g["verdict"] == "identical"
-    assert g["first_divergence"] is None and g["cache"] == "dynamic"
+    assert g["first_divergence"] is None and g["cache"] == "dynamic" and "without a KV cache" not in g["note"]
     assert [i["source"] for i in answer["end_to_end"]["inputs"] if i["modality"] == "image"] == ["photo.png"]
 
 
@@ -37,6 +37,7 @@ def test_static_cache_generation_and_the_text_line(llama_dir: Path, capsys) -> N
                    cache="static")  # fmt: skip
     g = result.generation
     assert result.passed and g.identical and g.new_tokens == 8 and g.cache == "static"
+    assert g.note == "text: a batch of two, the second row left-padded by 4 token(s)"
     assert g.line == "generation (static cache): 8 new tokens identical, original and fused"
 
 
