@@ -287,9 +287,9 @@ def _compare(a: Any, b: Any) -> tuple[bool, str]:
     from ..run.results import compare
 
     c = compare(a, b, _DTYPE)
-    return c.passed, f"max abs diff {c.max_abs_diff:.3g} (tolerance {c.atol:g} + {c.rtol:g} x {c.max_original:.3g})" + (
-        f"; {c.note}" if c.note else ""
-    )
+    scale = f"{c.max_original:.3g}"
+    rule = f"limit {c.limit:.3g} = {c.atol:g} x min(1, {scale}) + {c.rtol:g} x {scale}"
+    return c.passed, f"max abs diff {c.max_abs_diff:.3g} ({rule})" + (f"; {c.note}" if c.note else "")
 
 
 def _module_outputs(module: Any, captured: tuple[tuple, dict]) -> Any:
