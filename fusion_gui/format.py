@@ -89,6 +89,15 @@ def seconds_text(seconds: float) -> str:
 _WRAPPERS = frozenset({"model", "base_model", "thinker", "module"})
 
 
+def dotted_core(text: str) -> str:
+    """The shortest form :func:`elide_dotted` gives without cutting inside a segment: the
+    first segment(s), every layer index and the last two names (``model.….0.self_attn``)."""
+    parts = text.split(".")
+    head = 2 if parts[0] in _WRAPPERS and len(parts) > 4 else 1
+    dropped = [not (p.isdigit() or i < head or i >= len(parts) - 2) for i, p in enumerate(parts)]
+    return _join_dropped(parts, dropped) if any(dropped) else text
+
+
 def elide_dotted(text: str, width: int, measure: Callable[[str], int]) -> str:
     """Shorten a dotted key to ``width`` without hiding its layer indices or its tail.
 

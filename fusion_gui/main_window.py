@@ -97,6 +97,8 @@ class MainWindow(QMainWindow):
         self.right.addWidget(self.tabs)
         self.right.setStretchFactor(1, 3)
         self.right.setSizes([220, 560])
+        self._details_size: list[int] | None = None
+        self.checks.workload_shown.connect(self._room_for_workload)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.tree)
         self.splitter.addWidget(self.right)
@@ -141,6 +143,18 @@ class MainWindow(QMainWindow):
         action.setToolTip(f"{tip or text} ({action.shortcut().toString()})" if shortcut else tip or text)
         action.triggered.connect(slot)
         return action
+
+    def _room_for_workload(self, on: bool) -> None:
+        """The Checks tab's workload panel opened: the details pane above gives up its room (it
+        keeps a few lines), so the results table and chart keep theirs; closed: back as it was."""
+        sizes = self.right.sizes()
+        if on:
+            self._details_size = sizes
+            give = max(0, min(sizes[0] - 40, self.checks.WORKLOAD_MAX_HEIGHT + 30))
+            self.right.setSizes([sizes[0] - give, sizes[1] + give])
+        elif self._details_size is not None:
+            self.right.setSizes(self._details_size)
+            self._details_size = None
 
     def _make_actions(self) -> None:
         self.open_action = self._action("&Open…", self.show_open_dialog, QKeySequence.StandardKey.Open, "Open a model")

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -39,6 +39,7 @@ from fusion_core.boundary.options import DTYPES, CheckOptions, OptionError
 
 from .. import style
 from ..charts import ChecksChart
+from ..format import dotted_core
 from ..models.elide import KeyElideDelegate
 from ..models.table_model import Column, RowsTableModel, natural_widths, share_width
 from .workload import WorkloadControls
@@ -155,6 +156,11 @@ class ChecksPanel(QWidget):
     """Run checks with a dtype and a workload; per-module and end-to-end results, per-family
     verdicts, "exact" kept apart from "faster", upstream parity per family, a chart."""
 
+    #: the workload panel opened (True) or closed: the window makes room for it above the tabs
+    workload_shown = Signal(bool)
+    #: the workload panel's height at most; beyond it, it scrolls (the results keep their room)
+    WORKLOAD_MAX_HEIGHT = 180
+
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
@@ -219,6 +225,7 @@ class ChecksPanel(QWidget):
         self.summary_area.setWidget(summary)
         self.summary_area.setWidgetResizable(True)
         self.summary_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.summary_area.setMinimumHeight(36)  # two lines; it scrolls when the results need the room
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         for i, w in enumerate((self.summary_area, self.table, self.chart)):
             self.splitter.addWidget(w)
@@ -237,7 +244,14 @@ class ChecksPanel(QWidget):
         self.workload_button.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.workload_button.setMinimumWidth(90)
         self.workload.changed.connect(self._update_workload_button)
-        self.workload.hide()
+        # the controls scroll within a bounded height: at 1280x800 their 300 px would leave the
+        # results table one row (issue 33)
+        self.workload_area = QScrollArea()
+        self.workload_area.setWidget(self.workload)
+        self.workload_area.setWidgetResizable(True)
+        self.workload_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.workload_area.setMaximumHeight(self.WORKLOAD_MAX_HEIGHT)
+        self.workload_area.hide()
         self._update_workload_button()
         bar = QHBoxLayout()
         bar.addWidget(QLabel("dtype:"))
@@ -255,7 +269,7 @@ class ChecksPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addLayout(run_row)
-        layout.addWidget(self.workload)  # unfolds below its button
+        layout.addWidget(self.workload_area)  # unfolds below its button
         layout.addWidget(self.splitter, 1)
 
         self.run_button.clicked.connect(self.run)
@@ -274,8 +288,26 @@ class ChecksPanel(QWidget):
         self._update_buttons()
 
     def _show_workload(self, on: bool) -> None:
+        self.workload_area.setVisible(on)
         self.workload.setVisible(on)
         self.workload_button.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
+        self.workload_shown.emit(on)
+        if on:  # once the window made room: the results table first, the summary scrolls
+            QTimer.singleShot(0, self._favour_table)
+
+    def _favour_table(self) -> None:
+        """Split the room below an open workload: the chart its 150 px, the table five rows, the
+        summary (it scrolls) what is left, at least 40 px."""
+        sizes = self.splitter.sizes()
+        total = sum(sizes)
+        row = self.table.verticalHeader().defaultSectionSize()
+        if self.table.model() is not None and self.table.model().rowCount():
+            row = max(row, self.table.rowHeight(0))
+        bar = self.table.horizontalScrollBar().sizeHint().height()  # the numbers may scroll sideways
+        table = self.table.horizontalHeader().height() + 5 * row + bar + 2 * self.table.frameWidth() + 2
+        chart = max(150, sizes[2])
+        summary = max(36, total - chart - table)
+        self.splitter.setSizes([summary, max(0, total - summary - chart), chart])
 
     def _update_workload_button(self) -> None:
         self.workload_button.setText(f"Workload: {self.workload.summary()}")
@@ -484,7 +516,12 @@ class ChecksPanel(QWidget):
         others = sum(header.sectionSize(c) for c in visible if c not in shared)
         # room for a vertical scroll bar that may appear once the rows are in
         bar = self.table.style().pixelMetric(self.table.style().PixelMetric.PM_ScrollBarExtent)
-        share_width(header, shared, max(self.table.width() - 2 * self.table.frameWidth() - bar - others - 2, 120))
+        # never narrower than each name's core (first segment, layer index, last two names):
+        # the numbers scroll sideways instead, as "mode….self…" told no layer from another
+        fm = self.table.fontMetrics()
+        core = max((fm.horizontalAdvance(dotted_core(str(r.get("module", "")))) for r in rows), default=0) + 22 + 24
+        room = self.table.width() - 2 * self.table.frameWidth() - bar - others - 2
+        share_width(header, shared, max(room, core, 120), minimum=max(120, core))
 
     def resizeEvent(self, event) -> None:  # Qt override: keep the result columns within the width
         super().resizeEvent(event)
