@@ -140,9 +140,9 @@ def cmd_tree(args: argparse.Namespace) -> int:
         notes.append("'×N': N identical layers folded into one row, parameters summed (--wide: every layer)")
     if args.fusion:
         notes.append("'fused by': the family that fuses the module")
-    say("\n".join(f"  {n}" for n in notes))
     headers = ["module", "class", "in model", "params", *(["kind"] if wide() else []), "weight", "dtype"]
     say(table(rows, [*headers, "fused by"] if args.fusion else headers))
+    say("\n" + "\n".join(notes))
     return 0
 
 
