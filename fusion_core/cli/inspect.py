@@ -262,11 +262,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 )
             )
         if d.rejected:
-            rejected = _folded([(r.path, r.class_name, r.reason) for r in d.rejected])
-            say(table(rejected, ["rejected", "class", "reason"]))
+            _reasons("rejected", [(r.path, r.class_name, r.reason) for r in d.rejected])
         if d.near_misses:
-            near_misses = _folded([(r.path, r.class_name, r.reason) for r in d.near_misses])
-            say(table(near_misses, ["near miss", "class", "reason"]))
+            _reasons("near miss", [(r.path, r.class_name, r.reason) for r in d.near_misses])
     if plan.patch_mapping:
         say("\npatch mapping")
         say(table([(o.__name__, f.__name__) for o, f in plan.patch_mapping.items()], ["original", "fused"]))
@@ -295,6 +293,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if adapter is not None:
         _print_adapter(adapter)
     return 0
+
+
+def _reasons(title: str, rows: list[tuple]) -> None:
+    """Rejections or near misses: a table with ``--wide``; else one line each, ``path (class):
+    reason``, repeated layers folded, the reason whole (broken over lines if need be)."""
+    if wide():
+        say(table(rows, [title, "class", "reason"]))
+        return
+    say(f"{title}:")
+    for path, class_name, reason in _folded(rows):
+        say(f"  {path} ({class_name}): {reason}")
 
 
 def _folded(rows: list[tuple]) -> list:
