@@ -210,7 +210,7 @@ def _check_table(rows: list[tuple]) -> list[str]:
         headers += ["speedup [95% interval] verdict (A/A noise floor)", "share [95%]", "result"]
         return [table([(*r[:8], _speed(r[8]), *r[9:]) for r in rows], headers)]
     short = [
-        (r[0], r[4], r[5], r[6], r[7], f"{r[8].interval_text()} {r[8].verdict}" if r[8] else "", r[9], r[10])
+        (r[0], r[4], r[5], r[6], r[7], f"{r[8].interval_text()} {r[8].verdict}" if r[8] else "", r[9], r[10][:4])
         for r in rows
     ]
     headers = ["module", "max abs", "limit", "orig ms", "fused ms", "speedup [95%] verdict", "share [95%]", "result"]
@@ -218,7 +218,8 @@ def _check_table(rows: list[tuple]) -> list[str]:
     for r in rows:
         t = r[8]
         floor = f"; A/A {t.floor_text()}{', noisy' if t.noisy else ''}" if t else ""
-        out.append(f"  {r[0]}: {r[1]}; verified by {r[2]}; inputs {r[3] or 'none'}{floor}")
+        failure = f"; {r[10]}" if r[10].startswith("FAIL ") else ""  # the reason, whole
+        out.append(f"  {r[0]}: {r[1]}; verified by {r[2]}; inputs {r[3] or 'none'}{floor}{failure}")
     return out
 
 
