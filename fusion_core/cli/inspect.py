@@ -366,7 +366,11 @@ def cmd_families(args: argparse.Namespace) -> int:
         )
         return 0
     rows = [(s.name, s.description, _options_text(s)) for s in specs]
-    say(table(rows, ["family", "description", "options"]))
+    if wide():
+        say(table(rows, ["family", "description", "options"]))
+        return 0
+    for name, description, options in rows:  # sentences: one paragraph each, broken at 120 columns
+        say(f"{name}: {description}" + (f"\n  options: {options}" if options else ""))
     return 0
 
 
