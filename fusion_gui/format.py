@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from fusion_core.errors import bounded as bounded  # the one cut of a message, shared with the engine and the CLI
+from fusion_core.text import dotted_core as dotted_core  # the shortest form elide_dotted keeps whole
+from fusion_core.text import elide_dotted as elide_dotted  # one elision for the app and the CLI (issue 33)
 from fusion_core.text import natural_key as natural_key  # re-exported: the panels sort with it
 from fusion_core.text import printable as printable  # names from a folder shown in a widget (issue 32)
 
@@ -83,94 +85,6 @@ def seconds_text(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f} s"
     return f"{int(seconds // 60)} min {int(seconds % 60)} s"
-
-
-#: first segments that name a wrapper, not a part: the segment after them is kept as well
-_WRAPPERS = frozenset({"model", "base_model", "thinker", "module"})
-
-
-def dotted_core(text: str) -> str:
-    """The shortest form :func:`elide_dotted` gives without cutting inside a segment: the
-    first segment(s), every layer index and the last two names (``model.….0.self_attn``)."""
-    parts = text.split(".")
-    head = 2 if parts[0] in _WRAPPERS and len(parts) > 4 else 1
-    dropped = [not (p.isdigit() or i < head or i >= len(parts) - 2) for i, p in enumerate(parts)]
-    return _join_dropped(parts, dropped) if any(dropped) else text
-
-
-def elide_dotted(text: str, width: int, measure: Callable[[str], int]) -> str:
-    """Shorten a dotted key to ``width`` without hiding its layer indices or its tail.
-
-    Whole segments are dropped after the first one (``vision_model`` or ``language_model``:
-    it tells the towers apart; after ``model.``, the next one too), never a numeric one (the
-    layer index) nor the last two (``q_proj.weight``); each dropped run becomes one '…'.
-    Only when that is not enough is the text cut in the middle.
-
-    Args:
-        text: a module path or checkpoint key.
-        width: the room in pixels (or any unit ``measure`` returns).
-        measure: the width of a string.
-
-    Returns:
-        ``text`` itself when it fits, else a shorter form.
-    """
-    if measure(text) <= width:
-        return text
-    parts = text.split(".")
-    head = 2 if parts[0] in _WRAPPERS and len(parts) > 4 else 1
-    keep = [p.isdigit() or i < head or i >= len(parts) - 2 for i, p in enumerate(parts)]
-    dropped = [False] * len(parts)
-    for i in range(len(parts)):
-        if keep[i]:
-            continue
-        dropped[i] = True
-        out = _join_dropped(parts, dropped)
-        if measure(out) <= width:
-            return out
-    out = _join_dropped(parts, dropped)
-    # still too wide: shorten the longest named segment left, inside it, one character at a
-    # time (never a layer index, never the dots between segments), then the middle of it all
-    kept = [p for p, gone in zip(parts, dropped, strict=True) if not gone]
-    while measure(out) > width:
-        names = [i for i, p in enumerate(kept) if not p.isdigit() and len(p.rstrip("…")) > 4]
-        if not names:
-            break
-        i = max(names, key=lambda j: len(kept[j]))
-        seg = kept[i].rstrip("…")
-        kept[i] = seg[: len(seg) - 1] + "…"
-        out = _rejoin(dropped, kept)
-    while len(out) > 4 and measure(out) > width:
-        mid = len(out) // 2
-        out = out[: mid - 1] + "…" + out[mid + 1 :]
-        out = out.replace("……", "…")
-    return out
-
-
-def _rejoin(dropped: Sequence[bool], kept: Sequence[str]) -> str:
-    """The segments with each dropped run as one '…' (no dot after it) and the kept ones as in ``kept``."""
-    out = ""
-    k = iter(kept)
-    marker = False  # the last thing written is a dropped run's '…'
-    for gone in dropped:
-        if gone:
-            if not marker:
-                out += ("." if out else "") + "…"
-            marker = True
-            continue
-        out += ("" if marker or not out else ".") + next(k)
-        marker = False
-    return out
-
-
-def _join_dropped(parts: Sequence[str], dropped: Sequence[bool]) -> str:
-    out: list[str] = []
-    for part, gone in zip(parts, dropped, strict=True):
-        if gone:
-            if not out or out[-1] != "…":
-                out.append("…")
-        else:
-            out.append(part)
-    return ".".join(out).replace("….", "…")
 
 
 def rich(text: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .output import human_count, print_json, say, table
+from .output import fold_layers, human_count, print_json, say, table, wide
 
 
 def register(sub: Any) -> None:
@@ -84,6 +84,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _folded(rows: list[tuple], column: int = 0) -> list:
+    """``rows`` with the rows of repeated layers folded into one ("model.layers.{0-27}.self_attn ×28"),
+    unless ``--wide`` (every row)."""
+    return rows if wide() else fold_layers(rows, column=column)
+
+
 def _print_human(diff: Any) -> None:
     c = diff.counts()
     say(
@@ -108,27 +114,32 @@ def _print_human(diff: Any) -> None:
     say("\nmodules")
     say(
         table(
-            [
-                (
-                    m.path,
-                    m.family,
-                    f"{m.original_class} -> {m.fused_class}",
-                    f"{m.original_params:,}",
-                    f"{m.fused_params:,}",
-                    "yes" if m.params_equal else "NO",
-                )
-                for m in diff.modules
-            ],
+            _folded(
+                [
+                    (
+                        m.path,
+                        m.family,
+                        f"{m.original_class} -> {m.fused_class}",
+                        f"{m.original_params:,}",
+                        f"{m.fused_params:,}",
+                        "yes" if m.params_equal else "NO",
+                    )
+                    for m in diff.modules
+                ]
+            ),
             ["module", "family", "class", "params", "fused params", "equal"],
         )
     )
     say("\nstate-dict keys")
     say(
         table(
-            [
-                (k.kind, k.key, _shape(k.shape), k.op or "(no transform)", k.new_key, _shape(k.new_shape))
-                for k in diff.keys
-            ],
+            _folded(
+                [
+                    (k.kind, k.key, _shape(k.shape), k.op or "(no transform)", k.new_key, _shape(k.new_shape))
+                    for k in diff.keys
+                ],
+                column=1,
+            ),
             ["change", "original key", "shape", "op", "fused key", "shape"],
         )
     )

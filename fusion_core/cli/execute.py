@@ -9,7 +9,7 @@ from typing import Any
 from ..boundary.options import DTYPES, parse_size
 from ..run.results import MIN_VERDICT_ROUNDS
 from .args import device_arg, seed_arg
-from .output import print_json, printable, run_with_progress, say, table
+from .output import print_json, printable, run_with_progress, say, table, wide
 
 #: ``check``'s exit status when no module matched the families: nothing checked is not a pass
 #: (pytest's "no tests ran" is 5 too)
@@ -202,6 +202,27 @@ def _share(x: float | None, low: float | None = None, high: float | None = None)
     return f"{x:.1%} [{low:.1%}, {high:.1%}]" if low is not None and high is not None else f"{x:.1%}"
 
 
+def _check_table(rows: list[tuple]) -> list[str]:
+    """The check's table: every column on one row with ``--wide``; else the numbers in a
+    table that fits 120 columns, and each row's classes, inputs and noise floor below it."""
+    if wide():
+        headers = ["module", "classes", "verified by", "inputs", "max abs", "limit", "orig ms", "fused ms"]
+        headers += ["speedup [95% interval] verdict (A/A noise floor)", "share [95%]", "result"]
+        return [table([(*r[:8], _speed(r[8]), *r[9:]) for r in rows], headers)]
+    short = [
+        (r[0], r[4], r[5], r[6], r[7], f"{r[8].interval_text()} {r[8].verdict}" if r[8] else "", r[9], r[10][:4])
+        for r in rows
+    ]
+    headers = ["module", "max abs", "limit", "orig ms", "fused ms", "speedup [95%] verdict", "share [95%]", "result"]
+    out = [table(short, headers)]
+    for r in rows:
+        t = r[8]
+        floor = f"; A/A {t.floor_text()}{', noisy' if t.noisy else ''}" if t else ""
+        failure = f"; {r[10]}" if r[10].startswith("FAIL ") else ""  # the reason, whole
+        out.append(f"  {r[0]}: {r[1]}; verified by {r[2]}; inputs {r[3] or 'none'}{floor}{failure}")
+    return out
+
+
 def format_check(result: Any) -> str:
     """The human report of a :class:`~fusion_core.run.checks.CheckResult`."""
     tol = result.tolerance
@@ -226,7 +247,7 @@ def format_check(result: Any) -> str:
                 _g(c.limit if c else None),
                 f"{t.original_ms:.3f}" if t else "",
                 f"{t.fused_ms:.3f}" if t else "",
-                _speed(t),
+                t,
                 _share(m.share_of_end_to_end, m.share_low, m.share_high),
                 "pass" if m.passed else f"FAIL {m.error}".strip(),
             )
@@ -243,14 +264,12 @@ def format_check(result: Any) -> str:
                 _g(e.comparison.limit),
                 f"{e.timing.original_ms:.3f}",
                 f"{e.timing.fused_ms:.3f}",
-                _speed(e.timing),
+                e.timing,
                 "100%",
                 "pass" if e.passed else "FAIL",
             )
         )
-    headers = ["module", "classes", "verified by", "inputs", "max abs", "limit", "orig ms", "fused ms"]
-    headers += ["speedup [95% interval] verdict (A/A noise floor)", "share [95%]", "result"]
-    lines.append(table(rows, headers))
+    lines += _check_table(rows)
     if e is not None and not e.ran:
         lines.append(f"end to end: {e.skipped}")
     elif e is not None and e.projected_speedup is not None:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..text import printable
-from .output import print_json, run_with_progress, say, table
+from .output import print_json, run_with_progress, say, table, wide
 
 
 def register(sub: Any) -> None:
@@ -115,5 +115,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         say(f"config.json fusion_config: {json.dumps(result.written_fusion_config)}")
     if result.consumers:
         rows = [(c.name, c.status, c.compared, c.how, c.detail) for c in result.consumers]
-        say(table(rows, ["consumer", "status", "compared", "how", "detail"]))
+        if wide():
+            say(table(rows, ["consumer", "status", "compared", "how", "detail"]))
+        else:  # one paragraph each: the how and the detail are sentences (issue 33: 120 columns)
+            for name, status, compared, how, detail in rows:
+                say(f"consumer {name}: {status}" + (f" ({compared})" if compared else ""))
+                for text in (how, detail):
+                    if text:
+                        say(f"  {text}")
     return 0

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ..text import printable
-from .output import human_count, print_json, say, table
+from .output import fold_layers, human_count, print_json, say, table, wide
 
 
 def register(sub: Any) -> None:
@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--fusion", action="append", default=[], metavar="NAME",
-        help="with --svg/--text: highlight the modules this family fuses (repeatable)",
+        help="mark the modules this family fuses (repeatable; highlighted in --svg/--text)",
     )  # fmt: skip
     p.set_defaults(func=cmd_tree)
 
@@ -101,38 +101,64 @@ def cmd_tree(args: argparse.Namespace) -> int:
             }
         )
         return 0
+    from ..report.tree_image import tree_rows
+
+    marks = _marks(insp, args.fusion) if args.fusion else {}
     rows = []
-    for node in root.walk():
-        level = node.path.count(".") + 1 if node.path else 0
-        if args.depth is not None and level > args.depth:
+    folds = 0
+    for r in tree_rows(insp.tree, marks, fold=not wide()):
+        if args.depth is not None and r.depth > args.depth:
             continue
+        node = insp.tree.by_path.get(r.path, root)
         weight = node.main_weight
-        rows.append(
-            (
-                "  " * level + node.name,
-                node.class_name + (f" (x{node.same_class_count})" if node.same_class_count > 1 else ""),
-                human_count(node.total_params),
-                node.kind,
-                "x".join(map(str, weight.shape)) if weight else "",
-                weight.dtype if weight else "",
-            )
+        name = r.name.replace("–", "-")
+        if r.count > 1:
+            folds += 1
+            name += f" ×{r.count}"
+        instances = node.same_class_count
+        fused = ""
+        if r.path in marks:
+            fused = marks[r.path].label.removeprefix("fused by ")
+        elif r.mark is not None:  # a fold, or a layer, with fused modules inside
+            fused = f"({r.mark.label.removeprefix('fused by ')} inside)"
+        row = (
+            "  " * r.depth + name,
+            node.class_name,
+            str(instances) if instances > 1 else "",
+            human_count(r.params),
+            *((node.kind,) if wide() else ()),
+            "x".join(map(str, weight.shape)) if weight else "",
+            weight.dtype if weight else "",
         )
+        rows.append((*row, fused) if args.fusion else row)
     say(
         f"{insp.name}: {insp.source.model_class.__name__}, {len(insp.tree)} modules, "
         f"{human_count(root.total_params)} parameters"
     )
-    say(table(rows, ["module", "class", "params", "kind", "weight", "dtype"]))
+    notes = ["'in model': instances of the row's class in the whole model"]
+    if folds:
+        notes.append("'×N': N identical layers folded into one row, parameters summed (--wide: every layer)")
+    if args.fusion:
+        notes.append("'fused by': the family that fuses the module")
+    headers = ["module", "class", "in model", "params", *(["kind"] if wide() else []), "weight", "dtype"]
+    say(table(rows, [*headers, "fused by"] if args.fusion else headers))
+    say("\n" + "\n".join(notes))
     return 0
+
+
+def _marks(insp: Any, fusion: list[str]) -> dict:
+    """The tree marks of the modules the ``--fusion`` families fuse."""
+    from ..report.tree_image import plan_marks
+
+    plan = insp.plan(fusion_config_of(fusion))
+    return plan_marks(plan.matched_paths, [f.name for f in plan.families])
 
 
 def _save_tree(insp: Any, args: argparse.Namespace) -> None:
     """``tree --svg/--text``: the folded tree, the plan's fused modules highlighted (``--fusion``)."""
-    from ..report.tree_image import plan_marks, tree_rows, tree_svg, tree_text, write_text
+    from ..report.tree_image import tree_rows, tree_svg, tree_text, write_text
 
-    marks = {}
-    if args.fusion:
-        plan = insp.plan(fusion_config_of(args.fusion))
-        marks = plan_marks(plan.matched_paths, [f.name for f in plan.families])
+    marks = _marks(insp, args.fusion) if args.fusion else {}
     rows = tree_rows(insp.tree, marks)
     subtitle = (
         f"{insp.source.model_class.__name__}, {len(insp.tree)} modules, {human_count(root_params(insp))} parameters"
@@ -231,14 +257,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if d.matches:
             say(
                 table(
-                    [(m.path, m.original_class.__name__, m.fused_class.__name__) for m in d.matches],
+                    _folded([(m.path, m.original_class.__name__, m.fused_class.__name__) for m in d.matches]),
                     ["module", "class", "fused class"],
                 )
             )
         if d.rejected:
-            say(table([(r.path, r.class_name, r.reason) for r in d.rejected], ["rejected", "class", "reason"]))
+            _reasons("rejected", [(r.path, r.class_name, r.reason) for r in d.rejected])
         if d.near_misses:
-            say(table([(r.path, r.class_name, r.reason) for r in d.near_misses], ["near miss", "class", "reason"]))
+            _reasons("near miss", [(r.path, r.class_name, r.reason) for r in d.near_misses])
     if plan.patch_mapping:
         say("\npatch mapping")
         say(table([(o.__name__, f.__name__) for o, f in plan.patch_mapping.items()], ["original", "fused"]))
@@ -248,23 +274,42 @@ def cmd_plan(args: argparse.Namespace) -> int:
         say(f"\nweight transforms ({where}, layout: {plan.layout})")
         say(
             table(
-                [
-                    (
-                        r["source_key"],
-                        "x".join(map(str, r["source_shape"])),
-                        r["dtype"],
-                        r["op"],
-                        r["target_key"],
-                        "x".join(map(str, r["target_shape"])),
-                    )
-                    for r in rows
-                ],
+                _folded(
+                    [
+                        (
+                            r["source_key"],
+                            "x".join(map(str, r["source_shape"])),
+                            r["dtype"],
+                            r["op"],
+                            r["target_key"],
+                            "x".join(map(str, r["target_shape"])),
+                        )
+                        for r in rows
+                    ]
+                ),
                 ["source key", "shape", "dtype", "op", "target key", "shape"],
             )
         )
     if adapter is not None:
         _print_adapter(adapter)
     return 0
+
+
+def _reasons(title: str, rows: list[tuple]) -> None:
+    """Rejections or near misses: a table with ``--wide``; else one line each, ``path (class):
+    reason``, repeated layers folded, the reason whole (broken over lines if need be)."""
+    if wide():
+        say(table(rows, [title, "class", "reason"]))
+        return
+    say(f"{title}:")
+    for path, class_name, reason in _folded(rows):
+        say(f"  {path} ({class_name}): {reason}")
+
+
+def _folded(rows: list[tuple]) -> list:
+    """``rows`` with the rows of repeated layers folded into one ("model.layers.{0–27}.self_attn ×28"),
+    unless ``--wide`` (every row)."""
+    return rows if wide() else fold_layers(rows)
 
 
 def _print_adapter(adapter: Any) -> None:
@@ -284,7 +329,7 @@ def _print_adapter(adapter: Any) -> None:
     if rows:
         say(
             table(
-                [tuple(printable(c) for c in r) for r in rows],
+                _folded([tuple(printable(c) for c in r) for r in rows]),
                 ["source key", "shape", "op", "target key", "shape", "rank"],
             )
         )
@@ -321,7 +366,11 @@ def cmd_families(args: argparse.Namespace) -> int:
         )
         return 0
     rows = [(s.name, s.description, _options_text(s)) for s in specs]
-    say(table(rows, ["family", "description", "options"]))
+    if wide():
+        say(table(rows, ["family", "description", "options"]))
+        return 0
+    for name, description, options in rows:  # sentences: one paragraph each, broken at 120 columns
+        say(f"{name}: {description}" + (f"\n  options: {options}" if options else ""))
     return 0
 
 

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 
 from ..boundary.options import OptionError
 from ..errors import FusionError, UsageError, bounded, one_line
-from ..text import printable
+from ..text import DEFAULT_WIDTH, printable
 from . import adapter, diff, execute, export, inspect
 from .args import flag_of
-from .output import say
+from .output import say, set_width
 
 # the command groups, registered explicitly (a wrong name fails at import, never skipped)
 COMMAND_GROUPS = (inspect, execute, export, diff, adapter)
@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for group in COMMAND_GROUPS:
         group.register(sub)
+    for command in sub.choices.values():  # every command's text fits 120 columns unless --wide
+        command.add_argument(
+            "--wide", action="store_true", help="print every row and column whole (default: fit 120 columns)"
+        )
     return parser
 
 
@@ -100,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as e:  # --help / --version printed; argparse errors raise UsageError
             return int(e.code or 0)
         command = args.command
+        set_width(None if args.wide else DEFAULT_WIDTH)
         for path in args.family_file:
             from ..families import load_family_file
 

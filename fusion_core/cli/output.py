@@ -7,13 +7,37 @@ import math
 import sys
 from typing import Any, TypeVar
 
+from .. import text as _text
 from ..boundary.convert import to_plain
 from ..progress import CancelToken, Progress, ProgressGenerator, drive
-from ..text import human_count, printable, table
+from ..text import fold_layers, human_count, printable
 
-__all__ = ["human_count", "print_json", "printable", "run_with_progress", "say", "strict_json", "table"]
+__all__ = ["fold_layers", "human_count", "print_json", "printable", "run_with_progress", "say", "strict_json", "table"]
 
 T = TypeVar("T")
+
+#: the width human output fits (``--wide``: None, every column whole); main() sets it per run
+_width: list[int | None] = [_text.DEFAULT_WIDTH]
+
+
+def set_width(width: int | None) -> None:
+    """Fit the human output of this run to ``width`` characters (None: no limit, ``--wide``)."""
+    _width[0] = width
+
+
+def width() -> int | None:
+    """The width human output fits (None: ``--wide``)."""
+    return _width[0]
+
+
+def wide() -> bool:
+    """Whether this run prints every row and column whole (``--wide``)."""
+    return _width[0] is None
+
+
+def table(rows: Any, headers: Any) -> str:
+    """:func:`fusion_core.text.table` fitted to this run's width (``--wide``: every column whole)."""
+    return _text.table(rows, headers, width=_width[0], mark="~")
 
 
 def say(*values: Any, err: bool = False, sep: str = " ", flush: bool = False) -> None:
@@ -27,7 +51,10 @@ def say(*values: Any, err: bool = False, sep: str = " ", flush: bool = False) ->
     """
     text = sep.join(str(v) for v in values)
     stream = sys.stderr if err else sys.stdout
-    stream.write("\n".join(printable(line) for line in text.split("\n")) + "\n")
+    lines = [printable(line) for line in text.split("\n")]
+    if _width[0] is not None and not err:  # long prose broken at spaces (tables already fit)
+        lines = [part for line in lines for part in _text.wrap(line, _width[0])]
+    stream.write("\n".join(lines) + "\n")
     if flush:
         stream.flush()
 

@@ -46,7 +46,13 @@ def test_check_demo_shows_speedup_and_upstream_defect(capsys: pytest.CaptureFixt
     assert code == 0, out
     assert out.rstrip().endswith("PASSED")
     assert "model.visual.patch_embed" in out and "end to end (logits)" in out and "speedup" in out
-    upstream = next(line for line in out.splitlines() if line.startswith("upstream"))
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("upstream"))
+    upstream = lines[start]  # with its continuation lines (the CLI fits 120 columns)
+    for line in lines[start + 1 :]:
+        if not line.startswith("  "):
+            break
+        upstream += " " + line.strip()
     from fusion_core.run.upstream import upstream_knows
 
     if upstream_knows("patch_embeddings")[0]:

@@ -46,8 +46,9 @@ def test_tree_depth_and_json(capsys, qwen2_vl_dir):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith(f"{qwen2_vl_dir.name}: Qwen2VLForConditionalGeneration")
-    body = [line.split()[0] for line in lines[3:]]  # after the title and the table header
+    body = [line.split()[0] for line in lines[3 : lines.index("")]]  # the table, before its notes
     assert body == ["Qwen2VLForConditionalGeneration", "model", "lm_head"]
+    assert "'in model': instances of the row's class in the whole model" in out
     code, out, _ = run(capsys, "tree", str(qwen2_vl_dir), "--json", "--depth", "2")
     data = json.loads(out)
     assert data["model_class"] == "Qwen2VLForConditionalGeneration"
