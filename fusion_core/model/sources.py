@@ -270,11 +270,28 @@ def _named(files: list[str], most: int = 8) -> str:
     return ", ".join(shown) + more
 
 
+def _close_types(model_type: str, known: list[str], most: int = 5) -> list[str]:
+    """Known model types a mistyped one likely meant, best first: the same name without
+    separators (``qwen25_vl`` is ``qwen2_5_vl``), then the closest spellings (difflib)."""
+    import difflib
+
+    def bare(name: str) -> str:
+        return name.replace("_", "").replace("-", "").lower()
+
+    by_bare: dict[str, str] = {}
+    for t in known:
+        by_bare.setdefault(bare(t), t)
+    wanted = bare(model_type[:100])
+    out = [by_bare[wanted]] if wanted in by_bare else []
+    out += [by_bare[b] for b in difflib.get_close_matches(wanted, list(by_bare), n=most, cutoff=0.75)]
+    return list(dict.fromkeys(out))[:most]
+
+
 def _from_arch(spec: str, model_type: str, model_class: str | None) -> ModelSource:
     from transformers import CONFIG_MAPPING
 
     if model_type not in CONFIG_MAPPING:
-        close = [t for t in CONFIG_MAPPING if model_type and (model_type in t or t in model_type)][:5]
+        close = _close_types(model_type, list(CONFIG_MAPPING.keys()))
         hint = f" (did you mean: {', '.join(close)}?)" if close else ""
         raise ConfigError(f"arch:{model_type}: unknown model_type{hint}; `fusion-core coverage` lists them all")
     try:

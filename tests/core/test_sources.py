@@ -107,6 +107,9 @@ def test_arch_of_unknown_type():
         resolve("arch:no_such_arch")
     with pytest.raises(ConfigError, match=r"did you mean: .*llama"):
         resolve("arch:lla")
+    # the same name without its separators comes first (issue 33: qwen25_vl suggested qwen2)
+    with pytest.raises(ConfigError, match=r"did you mean: qwen2_5_vl, "):
+        resolve("arch:qwen25_vl")
 
 
 def test_corrupt_and_truncated_safetensors(llama_dir, tmp_path):
