@@ -121,7 +121,7 @@ class ExportDialog(QDialog):
                 "the source folder is only read."
             )
             base = Path(shown.folder) if shown.folder else Path.cwd()
-            self.dest_edit.setText(str(base.parent / f"{base.name}-fused"))
+            self.dest_edit.setText(str(_default_destination(base)))
 
         browse.clicked.connect(self._browse)
         self.dest_edit.textChanged.connect(self._on_dest_changed)
@@ -302,3 +302,20 @@ def _consumer_rows(rows: list[Consumer], when: str) -> str:
         for r in rows
     )
     return f"{html.escape(when)}:<ul style='margin:2px'>{items}</ul>"
+
+
+def _default_destination(source: Path) -> Path:
+    """``<source>-fused`` beside the source, unless the source lives in a cache (a demo, the
+    hub's cache): an export is the user's own file, so it goes to their documents folder."""
+    import os
+
+    from PySide6.QtCore import QStandardPaths
+
+    caches = [QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericCacheLocation)]
+    caches += [os.environ.get("HF_HOME", ""), os.environ.get("FUSION_INSPECTOR_CACHE", "")]
+    resolved = source.resolve()
+    cached = any(c and resolved.is_relative_to(Path(c).resolve()) for c in caches) or ".cache" in resolved.parts
+    if not cached:
+        return source.parent / f"{source.name}-fused"
+    docs = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation) or str(Path.home())
+    return Path(docs) / f"{source.name}-fused"

@@ -31,3 +31,26 @@ def test_dialog_shows_consumers_before_and_after(qtbot, window, open_model, only
     assert [c.status for c in result.consumers] == ["loads exactly", "loads exactly"]
     assert after.count("loads exactly") == 2 and "Qwen2VLForConditionalGeneration.from_pretrained" in after
     dialog.close()
+
+
+def test_the_default_destination_is_never_inside_a_cache(qtbot, window, open_model, qwen2_vl_dir, tmp_path):
+    """A demo lives in the cache: its export defaults to the user's documents folder, not beside it
+    (issue 33). A model in the user's own folder exports beside itself."""
+    from pathlib import Path
+
+    from PySide6.QtCore import QStandardPaths
+
+    open_model(window, str(qwen2_vl_dir))
+    dialog = window.show_export_dialog()
+    qtbot.addWidget(dialog)
+    docs = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation) or str(Path.home())
+    assert Path(dialog.dest_edit.text()) == Path(docs) / f"{qwen2_vl_dir.name}-fused"
+    dialog.close()
+    import shutil
+
+    mine = tmp_path / "my-model"
+    shutil.copytree(qwen2_vl_dir, mine)
+    open_model(window, str(mine))
+    dialog = window.show_export_dialog()
+    qtbot.addWidget(dialog)
+    assert Path(dialog.dest_edit.text()) == tmp_path / "my-model-fused"
