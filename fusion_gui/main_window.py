@@ -226,7 +226,8 @@ class MainWindow(QMainWindow):
         toolbar.setObjectName("main-toolbar")
         toolbar.setMovable(False)
         toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
-        for action in (self.open_action, None, self.find_action, self.expand_action, None):
+        # "Expand to fusable" sits once, above the tree it acts on (and in the View menu, Ctrl+J)
+        for action in (self.open_action, None, self.find_action, None):
             toolbar.addAction(action) if action else toolbar.addSeparator()
         for action in (self.checks_action, self.cancel_action, self.export_action):
             toolbar.addAction(action)

@@ -168,3 +168,14 @@ def test_model_text_is_never_markup_and_is_bounded(qtbot, window, open_model, ll
     open_model(window, str(folder))
     label = window.model_label.text()
     assert "&lt;h1&gt;&lt;font color=red&gt;VERIFIED SAFE BY VENDOR" in label and "<h1>" not in label
+
+
+def test_expand_to_fusable_is_offered_once_above_the_tree(window):
+    """Issue 33: "Expand to fusable" appeared twice, in the toolbar and above the tree."""
+    from PySide6.QtWidgets import QToolBar
+
+    toolbar = window.findChild(QToolBar, "main-toolbar")
+    texts = [a.text().replace("&", "") for a in toolbar.actions()]
+    assert "Expand to fusable" not in texts and texts  # the toolbar itself is still there
+    assert window.tree.expand_button.text() == "Expand to fusable"
+    assert window.expand_action.shortcut().toString() == "Ctrl+J"  # still in the View menu
