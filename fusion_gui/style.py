@@ -7,16 +7,14 @@ Row tints are light and text on them is forced dark, so both stay readable.
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterable
 from functools import cache
 
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPainterPath, QPen, QPixmap, QPolygonF
 
-# Colour-blind safe (Okabe-Ito and Paul Tol), dark enough for white text on a badge, and
-# none close to the amber of rejected candidates or the grey of mixed ancestors.
-FAMILY_COLOURS = ("#56B4E9", "#CC79A7", "#999933", "#332288", "#009E73", "#882255", "#0072B2")
+from fusion_core.report.colours import FAMILY_COLOURS as FAMILY_COLOURS  # one palette: app and images
+from fusion_core.report.colours import family_colours as family_colours
+
 REJECTED = "#e65100"
 MIXED = "#455a64"  # ancestors of modules of several families
 FAIL = "#c62828"
@@ -26,37 +24,6 @@ TEXT_ON_TINT = "#1a1a1a"
 
 def family_colour(index: int) -> QColor:
     return QColor(FAMILY_COLOURS[index % len(FAMILY_COLOURS)])
-
-
-def family_colours(names: Iterable[str]) -> dict[str, str]:
-    """A stable colour per family name: ``FAMILY_COLOURS[crc32(name) % n]``.
-
-    Collisions among ``names`` (the registered families) are resolved deterministically:
-    names are placed in sorted order, each taking the next free colour after its own, so
-    the result depends only on the set of names, never on their order or which are enabled.
-
-    Args:
-        names: every registered family (not only the enabled ones).
-
-    Returns:
-        name -> colour as '#rrggbb'.
-    """
-    return dict(_family_colours(tuple(sorted(set(names)))))
-
-
-@cache
-def _family_colours(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    n = len(FAMILY_COLOURS)
-    taken: set[int] = set()
-    out = []
-    for name in names:
-        slot = zlib.crc32(name.encode()) % n
-        if len(taken) < n:
-            while slot in taken:
-                slot = (slot + 1) % n
-        taken.add(slot)
-        out.append((name, FAMILY_COLOURS[slot]))
-    return tuple(out)
 
 
 def text_on(colour: QColor | str) -> QColor:

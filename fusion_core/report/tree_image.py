@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 ROW_PX = 18
 INDENT_PX = 14
 MAX_ROWS = 5_000  # an image beyond this is cut, with a last row saying how many are left out
-PALETTE = ("#1565c0", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f", "#ad1457", "#4e342e", "#558b2f")
 
 
 @dataclass(frozen=True)
@@ -95,10 +94,23 @@ def tree_rows(tree: ModuleTree, marks: Mapping[str, Mark] | None = None, fold: b
     return rows
 
 
-def plan_marks(matched: Mapping[str, str], families: list[str] | None = None) -> dict[str, Mark]:
-    """Marks for a plan's fused modules (``module path -> family``), one colour per family."""
+def plan_marks(
+    matched: Mapping[str, str], families: list[str] | None = None, *, registered: list[str] | None = None
+) -> dict[str, Mark]:
+    """Marks for a plan's fused modules (``module path -> family``), in the app's colours.
+
+    ``registered``: every registered family (the colours depend on that set, never on which
+    are enabled); the window passes the engine's list (it never imports the families, which
+    import torch), elsewhere the registry is asked.
+    """
+    from .colours import family_colours
+
+    if registered is None:
+        from ..families.registry import families as all_families
+
+        registered = [spec.name for spec in all_families()]
     order = families or list(dict.fromkeys(matched.values()))
-    colour = {f: PALETTE[i % len(PALETTE)] for i, f in enumerate(order)}
+    colour = family_colours([*registered, *order, *matched.values()])
     return {path: Mark(colour[f], f"fused by {f}") for path, f in matched.items()}
 
 

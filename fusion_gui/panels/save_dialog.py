@@ -31,7 +31,9 @@ def tree_marks(state: AppState) -> dict[str, Any]:
     from fusion_core.report.tree_image import Mark, plan_marks
 
     h = state.highlights()
-    marks: dict[str, Any] = plan_marks(h.matched, [n for n in state.family_order if n in state.enabled])
+    marks: dict[str, Any] = plan_marks(
+        h.matched, [n for n in state.family_order if n in state.enabled], registered=list(state.family_order)
+    )
     result = state.check_result
     if result is not None:
         for m in result.modules:

@@ -129,3 +129,18 @@ def test_written_text_files_get_the_users_default_mode(tmp_path):
     assert (tmp_path / "report.html").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "private.md").stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "report.html").read_text() == "<p>ok</p>"
+
+
+def test_tree_images_use_the_apps_family_colours():
+    """Issue 33: patch_embeddings was maroon in the app and blue in the saved tree image."""
+    from fusion_core.families.registry import families
+    from fusion_core.report.colours import family_colours
+    from fusion_core.report.tree_image import plan_marks
+
+    app = family_colours([s.name for s in families()])  # what fusion_gui.style gives the window
+    marks = plan_marks({"a.patch_embed": "patch_embeddings", "b.self_attn": "qkv"}, ["patch_embeddings", "qkv"])
+    assert marks["a.patch_embed"].colour == app["patch_embeddings"]
+    assert marks["b.self_attn"].colour == app["qkv"]
+    # enabling fewer families never recolours the others
+    only = plan_marks({"b.self_attn": "qkv"}, ["qkv"])
+    assert only["b.self_attn"].colour == app["qkv"]
