@@ -132,6 +132,8 @@ class TransformsPanel(QWidget):
         self.table.doubleClicked.connect(self._on_double_clicked)
         state.plan_changed.connect(self._on_plan_changed)
         state.module_selected.connect(self._on_module_selected)
+        # another model: the previous one's module scope means nothing there (issue 33)
+        state.model_changed.connect(lambda _inspection: self.set_scope(""))
         self._on_plan_changed(None)
 
     # scope (the tree's selection) ------------------------------------------------------

@@ -265,3 +265,16 @@ def test_config_only_cannot_run_checks(qtbot, window, open_model, only_fusions, 
     menu = window.tree.context_menu(window.tree.view_index("model.visual.patch_embed"))
     check = next(a for a in menu.actions() if a.text() == "Check this module")
     assert not check.isEnabled() and "no weights" in check.toolTip()
+
+
+def test_another_model_clears_the_transforms_scope(qtbot, window, open_model, only_fusions, llama_dir):
+    """Issue 33: after opening another model, Weight transforms kept the previous model's selection."""
+    open_model(window, "demo:qwen2-vl")
+    only_fusions(window, "patch_embeddings", "gate_up")
+    panel = window.transforms
+    window.tabs.setCurrentWidget(panel)
+    panel.follow_box.setChecked(True)
+    window.tree.select_path("model.visual.patch_embed")
+    assert panel.scope == "model.visual.patch_embed"
+    open_model(window, str(llama_dir))
+    assert panel.scope == "" and "show all" not in panel.scope_label.text()
