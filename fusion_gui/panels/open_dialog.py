@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSortFilterProxyModel, QStringListModel, Qt
+from PySide6.QtCore import QEvent, QSortFilterProxyModel, QStringListModel, Qt
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -108,7 +108,8 @@ class OpenDialog(QDialog):
 
         browse_dir.clicked.connect(self._browse_folder)
         browse_cfg.clicked.connect(self._browse_config)
-        self.arch_edit.textChanged.connect(self.arch_proxy.setFilterFixedString)
+        self.arch_edit.textChanged.connect(self._on_arch_text)
+        self.arch_edit.installEventFilter(self)  # Down moves into the list
         self.buttons.accepted.connect(self._on_accepted)
         self.buttons.rejected.connect(self.reject)
         self.recent_list.itemClicked.connect(lambda it: self.path_edit.setText(it.data(SpecRole)))
@@ -150,6 +151,26 @@ class OpenDialog(QDialog):
 
     def select_tab(self, name: str) -> None:
         self.tabs.setCurrentIndex(TABS.index(name))
+
+    def _on_arch_text(self, text: str) -> None:
+        """Filter, and make a row current: the exact name when typed, else the first match, so
+        Enter opens what the list shows first (issue 33: Enter on a typed name did nothing)."""
+        self.arch_proxy.setFilterFixedString(text)
+        rows = self.arch_proxy.rowCount()
+        if not rows:
+            return
+        wanted = text.strip().lower()
+        exact = next((r for r in range(rows) if str(self.arch_proxy.index(r, 0).data()).lower() == wanted), 0)
+        self.arch_list.setCurrentIndex(self.arch_proxy.index(exact, 0))
+
+    def eventFilter(self, watched: object, event: QEvent) -> bool:  # Qt override
+        down = event.type() == QEvent.Type.KeyPress and event.key() == Qt.Key.Key_Down  # type: ignore[attr-defined]
+        if watched is self.arch_edit and down and self.arch_proxy.rowCount():
+            if not self.arch_list.currentIndex().isValid():
+                self.arch_list.setCurrentIndex(self.arch_proxy.index(0, 0))
+            self.arch_list.setFocus()
+            return True
+        return super().eventFilter(watched, event)
 
     def spec(self) -> str:
         """The model spec chosen on the current tab ('' if none)."""

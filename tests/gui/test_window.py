@@ -179,3 +179,23 @@ def test_expand_to_fusable_is_offered_once_above_the_tree(window):
     assert "Expand to fusable" not in texts and texts  # the toolbar itself is still there
     assert window.tree.expand_button.text() == "Expand to fusable"
     assert window.expand_action.shortcut().toString() == "Ctrl+J"  # still in the View menu
+
+
+def test_the_architecture_tab_answers_enter_and_down(qtbot, window):
+    """Issue 33: in the Architecture tab, Enter or Down on a typed name did nothing."""
+    dialog = window.show_open_dialog()
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: dialog.arch_model.rowCount() > 0, timeout=60_000)
+    dialog.select_tab("arch")
+    qtbot.keyClicks(dialog.arch_edit, "qwen2_vl")  # several match; the exact name is made current
+    assert dialog.arch_proxy.rowCount() > 1 and dialog.spec() == "arch:qwen2_vl"
+    dialog.arch_edit.clear()
+    qtbot.keyClicks(dialog.arch_edit, "llam")
+    first = dialog.arch_proxy.index(0, 0).data()
+    assert dialog.spec() == f"arch:{first}"
+    dialog.show()
+    dialog.arch_edit.setFocus()
+    qtbot.keyClick(dialog.arch_edit, Qt.Key.Key_Down)
+    assert dialog.arch_list.hasFocus() or dialog.focusWidget() is dialog.arch_list
+    with qtbot.waitSignal(dialog.accepted, timeout=5_000):
+        qtbot.keyClick(dialog.arch_list, Qt.Key.Key_Return)
