@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -129,6 +130,8 @@ class MainWindow(QMainWindow):
         s.tab_requested.connect(self.show_tab)
         s.check_requested.connect(self._on_check_requested)
         s.adapter_changed.connect(lambda _a: self._update_actions())
+        s.adapter_changed.connect(self._say_adapter)
+        self._adapter_said = ""
         s.comparison_changed.connect(self._on_comparison_changed)
         self.compare.closed.connect(lambda: self.diff_stack.setCurrentWidget(self.diff))
         self._on_recent_changed(s.settings.recent_models())
@@ -326,6 +329,21 @@ class MainWindow(QMainWindow):
         dialog.open()
         self.dialog = dialog
         return dialog
+
+    def _say_adapter(self, plan: object) -> None:
+        """Confirm an adapter that opened, once per folder (issue 33: opening one said nothing)."""
+        path = self.state.adapter_path or ""
+        if plan is None or path == self._adapter_said:
+            return
+        self._adapter_said = path
+        modules = len(getattr(plan, "modules", []) or [])
+        steps = len(getattr(plan, "steps", []) or [])
+        text = printable(bounded(
+            f"Adapter {Path(path).name} opened: {modules} adapted module(s), {steps} to convert "
+            f"({getattr(plan, 'source_layout', '')} layout); marked in the tree", 300,
+        ))  # fmt: skip
+        self.statusBar().showMessage(text, 10_000)
+        logging.getLogger("fusion_gui").info("%s", text)
 
     def show_open_adapter_dialog(self) -> None:
         from PySide6.QtWidgets import QFileDialog

@@ -119,10 +119,8 @@ class DetailsPanel(QWidget):
                 why = r.reason.removeprefix("not a candidate: ")  # discovery's reasons carry the words already
                 return f"<span style='color:{style.REJECTED}'>not a candidate</span>: {e(why)}"
         fused_by = self._fused_by_other(family, path)
-        if fused_by:  # a module inside another family's fused module (a fused patch embedding's conv)
-            return (
-                f"<span style='color:gray'>not a candidate</span>; <span style='color:{style.PASS}'>{fused_by}</span>"
-            )
+        if fused_by:  # another family fuses this module or one around it: this one has nothing to say
+            return f"<span style='color:gray'>does not apply</span>: this module is {fused_by}"
         return "<span style='color:gray'>not a candidate</span>"
 
     def _fused_by_other(self, family: str, path: str) -> str:

@@ -120,3 +120,17 @@ def test_a_dropped_refused_adapter_is_one_error_box(qtbot, window, open_model, o
     assert "is not LORA" in sig.args[1]
     assert window.state.adapter_plan is None and not window.adapter_action.isEnabled()
     assert window.state.spec == str(llama_dir)  # the model stays open
+
+
+def test_opening_an_adapter_is_confirmed(qtbot, window, open_model, only_fusions, llama_dir, adapters):
+    """Issue 33: opening an adapter gave no confirmation; the status bar says what opened, once."""
+    open_model(window, str(llama_dir))
+    only_fusions(window, "qkv")
+    with qtbot.waitSignal(window.state.adapter_changed, timeout=60_000):
+        window.state.open_adapter(adapters["llama"])
+    said = window.statusBar().currentMessage()
+    assert said.startswith(f"Adapter {Path(adapters['llama']).name} opened: ") and "marked in the tree" in said
+    window.statusBar().clearMessage()
+    with qtbot.waitSignal(window.state.adapter_changed, timeout=60_000):
+        only_fusions(window, "qkv", "gate_up")  # the same adapter planned again: not said again
+    assert window.statusBar().currentMessage() == ""

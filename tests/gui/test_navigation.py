@@ -278,3 +278,13 @@ def test_another_model_clears_the_transforms_scope(qtbot, window, open_model, on
     assert panel.scope == "model.visual.patch_embed"
     open_model(window, str(llama_dir))
     assert panel.scope == "" and "show all" not in panel.scope_label.text()
+
+
+def test_details_say_another_family_fuses_the_module(qtbot, window, open_model, only_fusions):
+    """Issue 33: on patch_embed, "qkv: not a candidate; fused by patch_embeddings" confused."""
+    open_model(window, "demo:qwen2-vl")
+    only_fusions(window, "patch_embeddings", "qkv")
+    window.tree.select_path("model.visual.patch_embed")
+    text = window.details.browser.toPlainText()
+    assert "qkv: does not apply: this module is fused by patch_embeddings" in text
+    assert "not a candidate; fused by" not in text
