@@ -521,16 +521,6 @@ def _busy(workload: CheckedWorkload) -> str:
     )
 
 
-def _relay(gen: Generator[Progress, None, Any], stage: int, total: int) -> Generator[Progress, None, Any]:
-    """Re-yield a sub-operation's steps as messages of one stage of this one."""
-    while True:
-        try:
-            step = next(gen)
-        except StopIteration as stop:
-            return stop.value
-        yield Progress(stage, total, step.message)
-
-
 def _end_to_end_inputs(
     original: nn.Module, paths: list[str], workload: Workload, src: ModelSource, options: CheckOptions
 ) -> tuple[list[tuple[Any, Any]], dict[str, tuple[tuple, dict]], str]:

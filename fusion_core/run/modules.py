@@ -1,9 +1,10 @@
-"""Single modules from a checkpoint, and whether a whole model fits in memory.
+"""Single modules from a checkpoint, and what a model's weights take in memory.
 
 A modules-only check (``CheckOptions.modules_only``) checks each matched module on its own: it is materialized from the
 plan's meta model (a copy of that one submodule) and filled from the checkpoint by key
 through safetensors, so memory stays bounded by the matched modules, whatever the size of
-the model. :func:`fits_in_memory` decides when an end-to-end run cannot load at all.
+the model. :func:`model_bytes` and :func:`available_bytes` size a whole model against the
+memory (:mod:`fusion_core.run.offload` decides what stays on disk).
 """
 
 from __future__ import annotations
@@ -56,17 +57,6 @@ def checkpoint_bytes(ckpt: CheckpointIndex, dtype: str) -> int:
 
 def _itemsize(dtype: str) -> int:
     return {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "F16": 2, "BF16": 2, "I16": 2}.get(dtype, 1)
-
-
-def fits_in_memory(plan: FusionPlan, dtype: str, device: str) -> str:
-    """ "" when the original and the fused model fit next to each other, else "needs X GiB, Y available"."""
-    if not str(device).startswith("cpu"):
-        return ""  # device memory is checked by the device's own allocator error
-    need = 2 * model_bytes(plan, dtype) * 1.1  # both models, plus activations and slack
-    have = available_bytes()
-    if have is None or need <= have:
-        return ""
-    return f"needs {_size(need)}, {_size(have)} available"
 
 
 def _size(n: float) -> str:
