@@ -336,18 +336,14 @@ def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, CompareAt]:
 
 
 def _offloaded_source(source: Path, dtype: str, max_memory: int, trust: bool, stack: Any) -> Any:
-    """The source model placed by the memory plan for ``max_memory`` (its files pinned on ``stack``)."""
-    import tempfile
-
+    """The source model placed by the memory plan for ``max_memory`` (what it reads from held on ``stack``)."""
     from ..plan.fusion_plan import as_plan
     from ..run.loading import load_original
     from ..run.offload import memory_plan
 
     plan = as_plan(str(source), trust_remote_code=trust)
     memory = memory_plan(plan, dtype, "cpu", max_memory)
-    folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="fusion-offload-")) if memory.offloaded else None
-    model = load_original(plan, dtype=dtype, device_map=memory.device_map, offload_folder=folder, keep=stack)
-    return model.eval()
+    return load_original(plan, dtype=dtype, device_map=memory.device_map, keep=stack).eval()
 
 
 def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> ConsumersAnswer:

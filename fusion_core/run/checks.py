@@ -339,7 +339,6 @@ def _one_copy(
 ) -> Generator[Progress, None, None]:
     """The model loaded once; each matched module switched between its two forms (:mod:`fusion_core.run.switch`)."""
     import gc
-    import tempfile
 
     from .switch import Switch, offloaded_paths
 
@@ -348,13 +347,8 @@ def _one_copy(
     where = "; blocks beyond the budget read from disk" if memory.offloaded else ""
     yield Progress(1, 6, f"loading the model once (original and fused share its weights{where})")
     t0 = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        folder = None
-        if memory.offloaded:  # converted tensors of disk blocks (a dtype other than the stored one)
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="fusion-offload-"))
-        original = load_original(
-            plan, dtype=dtype, device=device, device_map=memory.device_map, offload_folder=folder, keep=stack
-        )
+    with contextlib.ExitStack() as stack:  # what an offloaded model reads from lives until the check ends
+        original = load_original(plan, dtype=dtype, device=device, device_map=memory.device_map, keep=stack)
         paths = list(plan.matched_paths)
         on_disk = offloaded_paths(original, paths) if memory.offloaded else []
         yield Progress(2, 6, "running the original model end to end")

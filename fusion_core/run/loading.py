@@ -180,13 +180,14 @@ def from_pretrained(
     notes: list[str] | None = None,
     info_out: dict[str, Any] | None = None,
     device_map: dict[str, Any] | None = None,
-    offload_folder: str | None = None,
     keep: ExitStack | None = None,
 ) -> nn.Module:
     """``from_pretrained`` with ``output_loading_info``; any key problem is a :class:`LoadError`.
 
-    ``keep``: the validated files stay pinned until this stack closes (a model whose
-    offloaded blocks accelerate reads from the checkpoint's files for each call).
+    ``device_map``: accelerate's placement (:mod:`fusion_core.run.offload`); it needs ``keep``,
+    the stack that holds, for as long as the model reads them, the validated files pinned
+    (disk blocks are read from the checkpoint's files for each call) and a temporary offload
+    folder (disk blocks converted to another dtype).
 
     ``config`` must already be free of ``fusion_config`` (see :func:`plain_config`).
     ``info_out``, when given, receives transformers' loading info (its missing and
@@ -198,7 +199,11 @@ def from_pretrained(
     where = str(source.folder)
     kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "output_loading_info": True}
     if device_map is not None:  # accelerate's placement (fusion_core.run.offload): blocks beyond the budget on disk
-        kwargs.update(device_map=device_map, offload_folder=offload_folder)
+        import tempfile
+
+        assert keep is not None, "an offloaded model needs a stack that outlives it"
+        folder = keep.enter_context(tempfile.TemporaryDirectory(prefix="fusion-offload-"))
+        kwargs.update(device_map=device_map, offload_folder=folder)
     # Never forwarded: transformers would import Python files from the folder (custom_generate/...).
     # Our opt-in only means "build the class transformers ships for this model_type" (docs/security.md).
     loader, note = weights_loader(cls)
@@ -449,16 +454,13 @@ def _unhook(module: nn.Module) -> None:
 def _offloaded(src: ModelSource, config: Any, dtype: Any, memory: Any, notes: list[str], info: dict) -> nn.Module:
     """``from_pretrained`` with the memory plan's ``device_map``; the checkpoint's files stay
     pinned, and the offload folder stays, for as long as the model lives."""
-    import tempfile
     import weakref
 
     stack = ExitStack()
     try:
-        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="fusion-offload-"))
         model = from_pretrained(
-            src, config, dtype, notes=notes, info_out=info, device_map=memory.device_map,
-            offload_folder=folder, keep=stack,
-        )  # fmt: skip
+            src, config, dtype, notes=notes, info_out=info, device_map=memory.device_map, keep=stack
+        )
     except BaseException:
         stack.close()
         raise
@@ -503,13 +505,12 @@ def load_original(
     dtype: str | torch.dtype = "float32",
     device: str = "cpu",
     device_map: dict[str, Any] | None = None,
-    offload_folder: str | None = None,
     keep: ExitStack | None = None,
 ) -> nn.Module:
     """The original, unfused model of ``plan``, exactly as its weights say.
 
-    ``device_map``, ``offload_folder``: accelerate's placement (:mod:`fusion_core.run.offload`);
-    ``keep`` then holds the checkpoint's files pinned for as long as the model reads them.
+    ``device_map``: accelerate's placement (:mod:`fusion_core.run.offload`); ``keep`` then
+    holds what the model reads from for as long as it lives (see :func:`from_pretrained`).
 
     Built on the plan's own opened model and source; the checkpoint is validated against
     the plan once (:func:`~fusion_core.plan.layout.require_checkpoint`, shared with the fused load of a
@@ -530,7 +531,7 @@ def load_original(
     if any(ct.present == "fused" for ct in plan.checkpoint_transforms):
         model = from_pretrained(src, config, wanted, state_dict=_original_state_dict(src, plan))
     else:  # ``device_map``: accelerate's placement, weights beyond a memory budget read from disk per call
-        model = from_pretrained(src, config, wanted, device_map=device_map, offload_folder=offload_folder, keep=keep)
+        model = from_pretrained(src, config, wanted, device_map=device_map, keep=keep)
     if str(device) != "cpu" and device_map is None:
         model.to(device)
     return model
