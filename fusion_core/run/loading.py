@@ -378,15 +378,16 @@ def iter_load(
     if str(device).startswith("cpu"):
         from .offload import memory_plan
 
-        meta = None
-        if layout == "fused":  # placed as it will be built: with the fused classes
+        def fused_meta() -> nn.Module:  # placed as it will be built: with the fused classes
             import torch
 
-            with scoped_patch(plan.patch_mapping), torch.device("meta"):
-                from ..patching import current_class
+            from ..patching import current_class
 
-                meta = current_class(src.model_class)(config)
-        memory = memory_plan(plan, dtype_name, device, max_memory, model=meta)
+            with scoped_patch(plan.patch_mapping), torch.device("meta"):
+                return current_class(src.model_class)(config)
+
+        # the fused meta model is built only when the weights do not fit
+        memory = memory_plan(plan, dtype_name, device, max_memory, meta=fused_meta if layout == "fused" else None)
         if memory.offloaded or memory.asked:
             notes.append(f"memory: {memory.describe()}")
     if layout == "fused":

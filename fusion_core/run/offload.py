@@ -12,6 +12,7 @@ the stored one, else from a temporary offload folder. No offloading of our own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -63,11 +64,11 @@ class MemoryPlan:
 
 
 def memory_plan(
-    plan: FusionPlan, dtype: str, device: str, max_memory: int | None = None, *, model: Any = None
+    plan: FusionPlan, dtype: str, device: str, max_memory: int | None = None, *, meta: Callable[[], Any] | None = None
 ) -> MemoryPlan:
     """The :class:`MemoryPlan` of ``plan`` at ``dtype`` for a budget (``max_memory``, else what
-    is available). ``model``: the meta model to place (default: the plan's original one; a
-    fused-layout load places the fused model it builds)."""
+    is available). ``meta``: builds the meta model to place, called only when the weights do
+    not fit (default: the plan's original one; a fused-layout load places the fused model)."""
     weights = model_bytes(plan, dtype)
     have = modules.available_bytes()
     budget = max_memory if max_memory is not None else have
@@ -77,7 +78,7 @@ def memory_plan(
     import torch
     from accelerate import infer_auto_device_map
 
-    model = plan.inspection.model if model is None else model
+    model = plan.inspection.model if meta is None else meta()
     no_split = list(getattr(model, "_no_split_modules", None) or [])
     limit = int(budget * WEIGHTS_SHARE)
     device_map = infer_auto_device_map(
