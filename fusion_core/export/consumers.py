@@ -23,7 +23,7 @@ load"`` (an exception), ``"loads wrong"`` (missing or unexpected keys, or other 
 Memory: the child holds one model at a time (the source's outputs are kept and the source
 freed before the export is loaded; each consumer's model is freed before the next loads).
 The source and every consumer are loaded at one dtype (:func:`comparison_dtype`): float32
-where one model's float32 weights (x :data:`MEMORY_MARGIN`) fit in the memory available, else
+where one model's float32 weights (x :data:`~fusion_core.run.offload.HEADROOM`) fit in the memory available, else
 the checkpoint's own dtype (a 16.6 GB bfloat16 checkpoint would need 33 GB per model in
 float32); the tolerance and the ``detail`` then say which dtype and why. The child prints
 what it loads next; when a signal ends it (SIGKILL: likely the kernel's out-of-memory
@@ -63,9 +63,6 @@ REFUSES = "refuses to load"
 LOADS_WRONG = "loads wrong"
 _MARK = "FUSION_CORE_CONSUMERS "
 _STAGE = "FUSION_CORE_CONSUMERS_LOADING "
-#: one model's weights times this must fit for float32 (activations, the outputs kept, slack)
-MEMORY_MARGIN = 1.15
-_ST_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
 
 @dataclass
@@ -81,7 +78,7 @@ class CompareAt:
 
 def comparison_dtype(folder: Path, requested: str = "auto", max_memory: int | None = None) -> CompareAt:
     """The dtype to verify an export of ``folder`` at: float32 where one model's weights in
-    float32 (times :data:`MEMORY_MARGIN`) fit in the memory available now, else the
+    float32 (times :data:`~fusion_core.run.offload.HEADROOM`, as a check's) fit in the memory available now, else the
     checkpoint's own dtype (the floating dtype holding most of its bytes, from its headers).
 
     The child holds one model at a time (the source's outputs are kept, the source freed,
@@ -91,6 +88,7 @@ def comparison_dtype(folder: Path, requested: str = "auto", max_memory: int | No
     from ..boundary.options import DTYPE_TOLERANCES
     from ..model.checkpoint import read_index
     from ..run.modules import _size, available_bytes, checkpoint_bytes
+    from ..run.offload import HEADROOM
 
     if requested != "auto" and requested not in DTYPE_TOLERANCES:
         raise ExportError(f"cannot compare outputs in {requested!r:.40}; choose auto or {', '.join(DTYPE_TOLERANCES)}")
@@ -106,13 +104,13 @@ def comparison_dtype(folder: Path, requested: str = "auto", max_memory: int | No
     have = available_bytes()
     if max_memory is not None:  # the budget the user set (the models are offloaded beyond it)
         have = max_memory if have is None else min(have, max_memory)
-    if have is None or need * MEMORY_MARGIN <= have:
+    if have is None or need * HEADROOM <= have:
         return CompareAt("float32", "", need)
-    why = f"float32 would need {_size(need * MEMORY_MARGIN)}, {_size(have)} available"
+    why = f"float32 would need {_size(need * HEADROOM)}, {_size(have)} available"
     by_dtype: dict[str, int] = {}
     for info in ckpt.tensors.values():
-        if info.dtype in _ST_DTYPES:
-            by_dtype[_ST_DTYPES[info.dtype]] = by_dtype.get(_ST_DTYPES[info.dtype], 0) + info.nbytes
+        if info.torch_dtype in DTYPE_TOLERANCES:  # the dtypes a comparison can run at
+            by_dtype[info.torch_dtype] = by_dtype.get(info.torch_dtype, 0) + info.nbytes
     stored = max(by_dtype, key=lambda d: by_dtype[d]) if by_dtype else "float32"
     if stored == "float32":  # nothing smaller that is the checkpoint's own: try float32 all the same
         return CompareAt("float32", why + "; the checkpoint is float32", need)
