@@ -124,6 +124,12 @@ class Precise:
         return getattr(self.inner, name)
 
 
+def _slot(model: nn.Module, path: str) -> tuple[nn.Module, str]:
+    """Where the module at ``path`` sits: its parent and its name there (what a switch rewrites)."""
+    head, _, name = path.rpartition(".")
+    return (model.get_submodule(head) if head else model), name
+
+
 @contextmanager
 def in_float32(model: nn.Module, paths: list[str], dtype: Any) -> Iterator[None]:
     """The modules at ``paths`` computed in float32 (:class:`Precise`) for a block.
@@ -131,11 +137,7 @@ def in_float32(model: nn.Module, paths: list[str], dtype: Any) -> Iterator[None]
     A :class:`Precise` is not a module: the parents' ``_modules`` hold it for the block only,
     and calling it is all a parent does with a matched child during a forward.
     """
-    slots = []
-    for path in paths:
-        head, _, name = path.rpartition(".")
-        parent = model.get_submodule(head) if head else model
-        slots.append((parent, name, parent._modules[name]))
+    slots = [(parent, name, parent._modules[name]) for parent, name in (_slot(model, path) for path in paths)]
     for parent, name, module in slots:
         parent._modules[name] = Precise(module, dtype)  # type: ignore[assignment]
     try:
@@ -161,8 +163,7 @@ class Switch:
         self._slots: dict[str, tuple[nn.Module, str]] = {}
         self.untwinned: dict[str, str] = {}  # path -> why it has no twin (it is checked alone)
         for path in paths:
-            head, _, name = path.rpartition(".")
-            parent = model.get_submodule(head) if head else model
+            parent, name = _slot(model, path)
             module = parent._modules[name]
             assert module is not None
             try:
