@@ -78,7 +78,9 @@ def test_nothing_to_check_is_not_a_pass(llama_dir: Path) -> None:
     assert "nothing to check: no family enabled" in none.messages
 
 
-def test_progress_and_cancel(qwen2_vl_dir: Path) -> None:
+def _cancelled_at(folder: Path, prefix: str, **settings) -> list[str]:
+    """The progress messages of a check cancelled at its first message starting with ``prefix``
+    (it must end in Cancelled)."""
     from fusion_core import Cancelled, CancelToken
 
     token = CancelToken()
@@ -86,11 +88,16 @@ def test_progress_and_cancel(qwen2_vl_dir: Path) -> None:
 
     def on_step(step) -> None:
         messages.append(step.message)
-        if step.message.startswith("checking"):
+        if step.message.startswith(prefix):
             token.cancel()
 
     with pytest.raises(Cancelled):
-        check(qwen2_vl_dir, PE, repeats=1, upstream=False, time_budget=0, progress=on_step, cancel=token)
+        check(folder, PE, upstream=False, progress=on_step, cancel=token, **settings)
+    return messages
+
+
+def test_progress_and_cancel(qwen2_vl_dir: Path) -> None:
+    messages = _cancelled_at(qwen2_vl_dir, "checking", repeats=1, time_budget=0)
     assert any(m.startswith("loading the model once") for m in messages)
     assert "running the original model end to end" in messages
     plan = inspect_model(str(qwen2_vl_dir)).plan(PE)
@@ -158,18 +165,7 @@ def test_image_model_with_conv2d_patches() -> None:
 def test_timing_rounds_report_progress_and_cancel_inside_a_timing(qwen2_vl_dir: Path) -> None:
     """A timing cannot yield: each of its rounds reports through the driven operation
     (progress.heartbeat), and a cancel set during one ends the check at the next round."""
-    from fusion_core import Cancelled, CancelToken
-
-    token = CancelToken()
-    messages: list[str] = []
-
-    def on_step(step) -> None:
-        messages.append(step.message)
-        if step.message.startswith("timing: round 2"):
-            token.cancel()
-
-    with pytest.raises(Cancelled):
-        check(qwen2_vl_dir, PE, repeats=50, upstream=False, time_budget=30, progress=on_step, cancel=token)
+    messages = _cancelled_at(qwen2_vl_dir, "timing: round 2", repeats=50, time_budget=30)
     assert any(m.startswith("warming up: round") for m in messages)
     assert any(m.startswith("running the original on ") for m in messages)
     assert messages[-1].startswith("timing: round 2"), messages[-3:]  # nothing ran after the cancel
