@@ -48,6 +48,7 @@ def _html(text: str) -> str:
 
 
 if TYPE_CHECKING:
+    from fusion_core.adapter.result import AdapterPlan
     from fusion_core.plan.view import InspectionView
 
 TAB_NAMES = ("fusions", "mapping", "transforms", "diff", "checks", "log")
@@ -330,17 +331,15 @@ class MainWindow(QMainWindow):
         self.dialog = dialog
         return dialog
 
-    def _say_adapter(self, plan: object) -> None:
+    def _say_adapter(self, plan: AdapterPlan | None) -> None:
         """Confirm an adapter that opened, once per folder (issue 33: opening one said nothing)."""
         path = self.state.adapter_path or ""
         if plan is None or path == self._adapter_said:
             return
         self._adapter_said = path
-        modules = len(getattr(plan, "modules", []) or [])
-        steps = len(getattr(plan, "steps", []) or [])
         text = printable(bounded(
-            f"Adapter {Path(path).name} opened: {modules} adapted module(s), {steps} to convert "
-            f"({getattr(plan, 'source_layout', '')} layout); marked in the tree", 300,
+            f"Adapter {Path(path).name} opened: {len(plan.modules)} adapted module(s), {len(plan.steps)} to convert "
+            f"({plan.source_layout} layout); marked in the tree", 300,
         ))  # fmt: skip
         self.statusBar().showMessage(text, 10_000)
         logging.getLogger("fusion_gui").info("%s", text)
