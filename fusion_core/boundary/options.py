@@ -167,10 +167,14 @@ class CheckOptions:
     max_memory: int | str | None = None
     generate: int = 0  # greedy new tokens, original against fused (0: no generation)
     cache: str = "dynamic"  # the KV cache of the generation: "dynamic" or "static"
+    #: a torch.compile backend ("inductor"): also time both models compiled ("": not compiled)
+    compile: str = ""
 
     def __post_init__(self) -> None:
         _at_least("threads", self.threads, 1)
         _at_least("generate", self.generate, 0)
+        if not isinstance(self.compile, str) or len(self.compile) > 64:
+            raise OptionError("compile", "must name a torch.compile backend, e.g. inductor")
         if self.cache not in ("dynamic", "static"):
             raise OptionError("cache", f"must be dynamic or static, got {str(self.cache)[:40]!r}")
         if self.max_memory is not None:

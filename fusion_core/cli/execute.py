@@ -73,6 +73,10 @@ def register(sub: Any) -> None:
         "--cache", choices=("dynamic", "static"), default="dynamic",
         help="the KV cache of --generate (static: transformers' static cache)",
     )  # fmt: skip
+    w.add_argument(
+        "--compile", nargs="?", const="inductor", default="", metavar="BACKEND",
+        help="also time both models under torch.compile (default backend inductor; its first calls take minutes)",
+    )  # fmt: skip
     p.add_argument(
         "--no-upstream", action="store_true", help="skip the upstream parity check (transformers' own fusion)"
     )
@@ -163,6 +167,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         max_memory=args.max_memory,
         generate=args.generate,
         cache=args.cache,
+        compile=args.compile,
     )
     if args.report and not args.report.lower().endswith((".html", ".htm", ".md")):
         raise UsageError(f"check: --report {printable(args.report)}: give a file ending in .html or .md")
@@ -301,6 +306,8 @@ def format_check(result: Any) -> str:
         lines.append(result.upstream.summary)
     if result.generation is not None:
         lines.append(result.generation.line)
+    if result.compiled is not None:
+        lines.append(result.compiled.line)
     lines.append(banner(result))
     lines.append("PASSED" if result.passed else "FAILED")
     return "\n".join(lines)
@@ -314,6 +321,8 @@ def banner(result: Any) -> str:
             failed.append("end to end")
         if result.generation is not None and not result.generation.passed:
             failed.append("generation")
+        if result.compiled is not None and not result.compiled.passed:
+            failed.append("compiled")
         return f"exact: NO, not exact or not verified: {', '.join(failed)}"
     speed = result.faster
     e = result.end_to_end

@@ -47,6 +47,7 @@ from .results import (
     CheckedWorkload,
     CheckResult,
     Comparison,
+    CompiledRun,
     EndToEndCheck,
     FusedModule,
     Generation,
@@ -142,6 +143,10 @@ def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, N
     if options.image is not None and not Path(options.image).is_file():
         raise OptionError("image", f"{options.image}: no such file")
     device = check_device(options.workload.device)
+    if options.compile:
+        from .compiled import require_backend
+
+        require_backend(options.compile)
     if device != options.workload.device:
         from dataclasses import replace
 
@@ -275,9 +280,13 @@ def _checks(
     e = result.end_to_end
     if busy:  # no verdict from rounds that shared the CPUs with other work
         result.warnings.append(f"{busy}: no speed verdict (close other programs, or use fewer threads)")
-        for t in [m.timing for m in result.modules] + [e.timing if e is not None else None]:
+        compiled = result.compiled.timing if result.compiled is not None else None
+        for t in [m.timing for m in result.modules] + [e.timing if e is not None else None, compiled]:
             if t is not None:
                 t.busy = busy
+    if options.compile and result.compiled is None:
+        why = e.skipped if e is not None and e.skipped else "end to end did not run fused"
+        result.compiled = CompiledRun(options.compile, skipped=why if why.startswith("not run") else f"not run: {why}")
     project(result)
     result.family_verdicts = family_verdicts(result)
     noisy = [m.path for m in result.modules if m.timing is not None and m.timing.noisy]
@@ -383,6 +392,14 @@ def _one_copy(
                     "each was checked alone on its end-to-end inputs"
                 )
             _shares(result, original, runs[0][0], workload, timing)
+            if options.compile:
+                from .compiled import compiled_run
+
+                yield Progress(5, 6, f"torch.compile ({options.compile}): the original, then the fused model")
+                e = result.end_to_end
+                result.compiled = compiled_run(
+                    runs[0][0], original, switch, workload, timing, options.compile, e.comparison
+                )
         if options.generate:
             yield Progress(5, 6, f"generating {options.generate} token(s), original and fused")
             result.generation = _generation(original, switch, runs[0][0] if runs else None, options)

@@ -484,6 +484,52 @@ class Generation:
         )
 
 
+@dataclass
+class CompiledRun:
+    """The original and the fused model under ``torch.compile``, timed side by side (``check --compile``).
+
+    Users who deploy compiled models ask whether a fusion still pays once the compiler has
+    fused what it can. ``graphs_original`` and ``graphs_fused`` are how many graphs the
+    compiler made of each form (one more than its graph breaks): a fusion should add none.
+    ``skipped`` holds "not run: reason" when it did not run (an unknown backend, a model the
+    compiler cannot trace, no end-to-end run).
+    """
+
+    PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
+        "backend", "comparison", "timing", "graphs_original", "graphs_fused", "compile_s_original",
+        "compile_s_fused", "passed", "skipped",
+    )  # fmt: skip
+
+    backend: str
+    comparison: Comparison | None = None  # compiled fused against compiled original
+    timing: Timing | None = None
+    graphs_original: int | None = None
+    graphs_fused: int | None = None
+    compile_s_original: float | None = field(default=None, metadata=plain(dump=_round_finite(3)))  # first call
+    compile_s_fused: float | None = field(default=None, metadata=plain(dump=_round_finite(3)))
+    skipped: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.comparison is None or self.comparison.passed
+
+    @property
+    def line(self) -> str:
+        """One plain line: the compiled speedup with its interval and floor, the graphs, the compile times."""
+        head = f"compiled ({self.backend}): "
+        if self.skipped or self.comparison is None or self.timing is None:
+            return head + (self.skipped or "not run")
+        c = self.comparison
+        diff = "equal" if c.passed else "DIFFER"
+        graphs = f"graphs original {self.graphs_original}, fused {self.graphs_fused}"
+        if (self.graphs_fused or 0) > (self.graphs_original or 0):
+            graphs += " (the fusion adds graph breaks)"
+        return head + (
+            f"{self.timing.verdict_text()}; outputs {diff} (max abs {c.max_abs_diff:.2g}, limit {c.limit:.2g}); "
+            f"{graphs}; first calls {self.compile_s_original:.1f} s and {self.compile_s_fused:.1f} s"
+        )
+
+
 #: a divergence where the original's two candidates are closer than this (nats) is a near tie
 NEAR_TIE = 0.1
 
@@ -495,7 +541,7 @@ class CheckResult:
     PLAIN_KEYS: ClassVar[tuple[str, ...]] = (
         "model", "model_class", "fusion_config", "dtype", "device", "repeats", "seed", "tolerance", "passed",
         "nothing_to_fuse", "modules", "end_to_end", "upstream", "load", "messages", "seconds", "workload",
-        "modules_only", "family_verdicts", "warnings", "generation",
+        "modules_only", "family_verdicts", "warnings", "generation", "compiled",
     )  # fmt: skip
 
     model: str
@@ -518,6 +564,7 @@ class CheckResult:
     modules_only: bool = False
     warnings: list[str] = field(default_factory=list)  # e.g. timings too noisy to tell
     generation: Generation | None = None  # check --generate N
+    compiled: CompiledRun | None = None  # check --compile
 
     @property
     def passed(self) -> bool:
@@ -530,7 +577,8 @@ class CheckResult:
             return False
         e2e = self.end_to_end is None or self.end_to_end.passed
         gen = self.generation is None or self.generation.passed
-        return bool(self.modules) and all(m.passed for m in self.modules) and e2e and gen
+        compiled = self.compiled is None or self.compiled.passed
+        return bool(self.modules) and all(m.passed for m in self.modules) and e2e and gen and compiled
 
     @property
     def exact(self) -> bool:

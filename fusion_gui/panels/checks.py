@@ -491,8 +491,8 @@ class ChecksPanel(QWidget):
         self.speed_banner.show()
 
     def _show_verdicts(self, result: CheckResult) -> None:
-        g = result.generation
-        if not result.family_verdicts and g is None:
+        g, compiled = result.generation, result.compiled
+        if not result.family_verdicts and g is None and compiled is None:
             self.verdicts_label.hide()
             return
         lines = []
@@ -502,6 +502,9 @@ class ChecksPanel(QWidget):
         if g is not None:  # greedy decoding, original against fused (the workload's "generate")
             colour = {"identical": style.PASS, "diverges": style.FAIL}.get(g.verdict, style.REJECTED)
             lines.append(f"<span style='color:{colour}'>●</span> {html.escape(g.line)}")
+        if compiled is not None:  # both models under torch.compile (the workload's "compiled too")
+            colour = style.REJECTED if compiled.comparison is None else style.PASS if compiled.passed else style.FAIL
+            lines.append(f"<span style='color:{colour}'>●</span> {html.escape(compiled.line)}")
         self.verdicts_label.setText("<br>".join(lines))
         self.verdicts_label.show()
 

@@ -39,6 +39,11 @@ class WorkloadControls(QWidget):
         self.modules_only.setToolTip(
             "check only the fused modules, read alone from the checkpoint: bounded memory, no end-to-end run"
         )
+        self.compile = QCheckBox("Compiled too")
+        self.compile.setToolTip(
+            "also time both models under torch.compile (inductor): does the fusion still pay once the compiler "
+            "has fused what it can? Its first calls compile, which takes minutes"
+        )
         self.media = MediaInputs()  # image, video and audio files (picker, drag and drop), a prompt
         self.prompt = self.media.prompt
         # label/control pairs, three to a row, in a grid that stays narrow (the window's
@@ -55,13 +60,15 @@ class WorkloadControls(QWidget):
             grid.addWidget(widget, i // 3, 2 * (i % 3) + 1)
         grid.setColumnStretch(6, 1)
         grid.addWidget(self.media, 3, 0, 1, 6)
-        grid.addWidget(self.modules_only, 4, 0, 1, 6)
+        grid.addWidget(self.modules_only, 4, 0, 1, 3)
+        grid.addWidget(self.compile, 4, 3, 1, 3)
         self.device.currentTextChanged.connect(lambda _t: self.changed.emit())
         for box in (
             self.threads, self.image_size, self.frames, self.seq_len, self.batch, self.max_memory, self.generate
         ):  # fmt: skip
             box.valueChanged.connect(lambda _v: self.changed.emit())
         self.modules_only.toggled.connect(lambda _c: self.changed.emit())
+        self.compile.toggled.connect(lambda _c: self.changed.emit())
         self.media.changed.connect(self.changed.emit)
 
     def summary(self) -> str:
@@ -86,6 +93,8 @@ class WorkloadControls(QWidget):
             parts.append(f"real inputs ({files} file{'s' if files != 1 else ''})" if files else "real prompt")
         if o["modules_only"]:
             parts.append("modules only")
+        if o["compile"]:
+            parts.append(f"compiled too ({o['compile']})")
         return ", ".join(parts) if len(parts) > 1 else f"{parts[0]}, model's sizes"
 
     def set_devices(self, devices: list[str]) -> None:
@@ -108,6 +117,7 @@ class WorkloadControls(QWidget):
             "modules_only": self.modules_only.isChecked(),
             "max_memory": self.max_memory.value() * 2**30 or None,
             "generate": self.generate.value(),
+            "compile": "inductor" if self.compile.isChecked() else "",
             **self.media.options(),
         }
 
