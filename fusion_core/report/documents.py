@@ -255,7 +255,7 @@ def _check_rows(r: Any) -> list[tuple[Any, ...]]:
         t = row.timing
         failure = row.result[5:] if row.result.startswith("FAIL ") else ""
         rows.append(
-            ("passed" if row.result == "pass" else "failed", row.module, family, row.classes, row.verified_by,
+            ("passed" if row.result == "pass" else "failed", elide_dotted(row.module, MAX_CELL, len), family, row.classes, row.verified_by,
              row.inputs, row.max_abs, row.limit, row.original_ms or "not timed", row.fused_ms,
              t.interval_text() if t else "", (t.verdict + (", noisy" if t.noisy else "")) if t else "",
              t.floor_text() if t else "", row.share, "; ".join(x for x in (failure, note) if x))
@@ -441,8 +441,11 @@ def _speed_chart(items: list[tuple[str, Any]]) -> str:
     top = max(2.0, *(t.speedup_high for _, t in items if math.isfinite(t.speedup_high)))
     scale = (width - left - 60) / top
     height = 30 + len(items) * (bar_h + 6) + 10
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
-             '<text x="0" y="14" font-weight="bold">speed-up, fused vs original (1.0 = same)</text>']  # fmt: skip
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        'font-size="11">',
+        '<text x="0" y="14" font-weight="bold">speed-up, fused vs original (1.0 = same)</text>',
+    ]
     y = 24
     for name, t in items:
         colour = {"faster": "#2e7d32", "slower": "#c62828"}.get(t.verdict, "#90a4ae")
