@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from ..boundary.options import DTYPES, parse_size
-from ..run.results import MIN_VERDICT_ROUNDS
+from ..run.check_text import TIMINGS_NOTE, banner, check_rows, end_to_end_line, machine_line, peak_lines, speed_text
 from .args import device_arg, seed_arg
 from .output import print_json, printable, run_with_progress, say, table, wide
 
@@ -190,30 +190,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
-def _g(x: float | None) -> str:
-    return "" if x is None else f"{x:.2g}"
-
-
-def _speed(t: Any) -> str:
-    """A ratio is never printed without its 95% interval and its noise floor."""
-    if t is None:
-        return ""
-    return t.verdict_text() + (" noisy" if t.noisy else "")
-
-
-def _share(x: float | None, low: float | None = None, high: float | None = None) -> str:
-    if x is None:
-        return ""
-    return f"{x:.1%} [{low:.1%}, {high:.1%}]" if low is not None and high is not None else f"{x:.1%}"
-
-
 def _check_table(rows: list[tuple]) -> list[str]:
     """The check's table: every column on one row with ``--wide``; else the numbers in a
     table that fits 120 columns, and each row's classes, inputs and noise floor below it."""
     if wide():
         headers = ["module", "classes", "verified by", "inputs", "max abs", "limit", "orig ms", "fused ms"]
         headers += ["speedup [95% interval] verdict (A/A noise floor)", "share [95%]", "result"]
-        return [table([(*r[:8], _speed(r[8]), *r[9:]) for r in rows], headers)]
+        return [table([(*r[:8], speed_text(r[8]), *r[9:]) for r in rows], headers)]
     short = [
         (r[0], r[4], r[5], r[6], r[7], f"{r[8].interval_text()} {r[8].verdict}" if r[8] else "", r[9], r[10][:4])
         for r in rows
@@ -239,64 +222,12 @@ def format_check(result: Any) -> str:
         lines += result.messages
         lines.append("NOTHING CHECKED")
         return "\n".join(lines)
-    rows = []
-    for m in result.modules:
-        c, t = m.comparison, m.timing
-        rows.append(
-            (
-                m.path,
-                f"{m.original_class} -> {m.fused_class}",
-                m.verified_by or "not verified",
-                " ".join("x".join(map(str, s)) for s in m.input_shapes),
-                _g(c.max_abs_diff if c else None),
-                _g(c.limit if c else None),
-                f"{t.original_ms:.3f}" if t else "",
-                f"{t.fused_ms:.3f}" if t else "",
-                t,
-                _share(m.share_of_end_to_end, m.share_low, m.share_high),
-                "pass" if m.passed else f"FAIL {m.error}".strip(),
-            )
-        )
+    rows = check_rows(result)
     e = result.end_to_end
-    if e is not None and e.ran:
-        rows.append(
-            (
-                f"end to end ({e.output})",
-                e.entry or result.model_class,
-                f"{e.input_kind} inputs",
-                " ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in e.input_shapes.items()),
-                _g(e.comparison.max_abs_diff),
-                _g(e.comparison.limit),
-                f"{e.timing.original_ms:.3f}",
-                f"{e.timing.fused_ms:.3f}",
-                e.timing,
-                "100%",
-                "pass" if e.passed else "FAIL",
-            )
-        )
     lines += _check_table(rows)
-    if e is not None and not e.ran:
-        lines.append(f"end to end: {e.skipped}")
-    elif e is not None and e.projected_speedup is not None:
-        projected = f"{e.projected_speedup:.2f}x"
-        if e.projected_low is not None and e.projected_high is not None:
-            projected += f" [{e.projected_low:.2f}, {e.projected_high:.2f}]"
-        lines.append(f"end to end: measured {e.timing.verdict_text()}; projected from module shares {projected}")
-    peaks = [(m.path, m.timing) for m in result.modules if m.timing and m.timing.original_peak_mb is not None]
-    if e is not None and e.timing is not None and e.timing.original_peak_mb is not None:
-        peaks.append(("end to end", e.timing))
-    for name, t in peaks:
-        lines.append(f"peak memory {name}: original {t.original_peak_mb:.1f} MiB, fused {t.fused_peak_mb:.1f} MiB")
-    lines.append(
-        "timings: after a warm-up, rounds of original, fused and original again in rotating order; speedup ="
-        " median ratio original/fused with its 95% bootstrap interval; noise = the same for original/original"
-        f" (faster or slower only clear of 1 by more than its widest side, from {MIN_VERDICT_ROUNDS} rounds on, never on a busy"
-        " machine)"
-    )
-    w = result.workload
-    if w.torch_version:
-        loads = f"; load average {w.load_before:.1f} -> {w.load_after:.1f}" if w.load_before is not None else ""
-        lines.append(f"workload: torch {w.torch_version}, {w.threads} thread(s), {w.dtype} on {w.device}{loads}")
+    lines += [
+        line for line in (end_to_end_line(result), *peak_lines(result), TIMINGS_NOTE, machine_line(result)) if line
+    ]
     lines += [f"verdict: {v.line}" for v in result.family_verdicts]
     if e is not None:
         lines += [f"inputs: {note}" for note in e.notes]
@@ -311,22 +242,3 @@ def format_check(result: Any) -> str:
     lines.append(banner(result))
     lines.append("PASSED" if result.passed else "FAILED")
     return "\n".join(lines)
-
-
-def banner(result: Any) -> str:
-    """The verdict line: "exact" (the checks) kept apart from "faster" (the timings)."""
-    if not result.passed:
-        failed = [m.path for m in result.modules if not m.passed]
-        if result.end_to_end is not None and not result.end_to_end.passed:
-            failed.append("end to end")
-        if result.generation is not None and not result.generation.passed:
-            failed.append("generation")
-        if result.compiled is not None and not result.compiled.passed:
-            failed.append("compiled")
-        return f"exact: NO, not exact or not verified: {', '.join(failed)}"
-    speed = result.faster
-    e = result.end_to_end
-    if speed:
-        how = {"faster": "faster", "slower": "SLOWER", "same": "no measurable difference"}.get(speed, speed)
-        return f"exact: yes; speed: end to end {how} ({e.timing.interval_text()}, {e.timing.floor_text()})"
-    return f"exact: yes; speed: end to end {e.skipped if e is not None else 'not run'}"

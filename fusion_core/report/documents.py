@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..text import human_count, printable
+from ..text import elide_dotted, human_count, printable
 from .tree_image import write_text
 
 STATUS_COLOURS = {
@@ -33,17 +33,17 @@ STYLE = (
 
 
 # -- escaping ---------------------------------------------------------------------------
-def _h(value: Any) -> str:
+def _h(value: Any, limit: int = MAX_CELL) -> str:
     text = printable(str(value))
-    return html.escape(text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…")
+    return html.escape(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
-def _m(value: Any) -> str:
+def _m(value: Any, limit: int = MAX_CELL) -> str:
     """A Markdown table cell: plain text, nothing it holds can start markup or end the cell."""
     text = printable(str(value)).replace("\\", "\\\\")
     for ch in "|`*_[]<>#":
         text = text.replace(ch, "\\" + ch)
-    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _shape(shape: Any) -> str:
@@ -226,69 +226,238 @@ def _statuses(c: Any) -> list[str]:
 
 
 # -- a check -----------------------------------------------------------------------------
+#: a line of prose (an upstream summary, a generation line) is cut here; a table cell at MAX_CELL
+MAX_LINE = 1500
+#: rows of a list from the model folder (upstream's missing keys...) before "… N more"
+MAX_ROWS = 40
+#: characters of a module's name in the speed chart (its layer indices always kept)
+CHART_LABEL = 34
+
+CHECK_HEADERS = [
+    "result", "module", "family", "classes", "verified by", "inputs", "max abs diff", "limit", "original ms",
+    "fused ms", "speed-up [95%]", "verdict", "A/A noise floor", "share of end to end [95%]", "note",
+]  # fmt: skip
+CHECK_NUMERIC = (6, 7, 8, 9)
+
+
 def _check_rows(r: Any) -> list[tuple[Any, ...]]:
+    """The CLI's rows (:func:`~fusion_core.run.check_text.check_rows`), every column whole."""
+    from ..run.check_text import check_rows
+
+    families = [m.family for m in r.modules]
+    notes = [m.comparison.note if m.comparison else "" for m in r.modules]
+    e = r.end_to_end
+    if e is not None and e.ran:
+        families.append("")
+        notes.append(e.comparison.note)
     rows = []
-    for m in r.modules:
-        cmp, t = m.comparison, m.timing
+    for row, family, note in zip(check_rows(r), families, notes, strict=True):
+        t = row.timing
+        failure = row.result[5:] if row.result.startswith("FAIL ") else ""
         rows.append(
-            ("passed" if m.passed else "failed", m.path, m.family, f"{m.original_class} → {m.fused_class}",
-             _g(cmp.max_abs_diff) if cmp else "", _g(cmp.limit) if cmp else "",
-             t.interval_text() if t else "", f"{t.verdict} ({t.floor_text()})" if t else "", m.error or m.verified_by)
+            ("passed" if row.result == "pass" else "failed", elide_dotted(row.module, MAX_CELL, len), family, row.classes, row.verified_by,
+             row.inputs, row.max_abs, row.limit, row.original_ms or "not timed", row.fused_ms,
+             t.interval_text() if t else "", (t.verdict + (", noisy" if t.noisy else "")) if t else "",
+             t.floor_text() if t else "", row.share, "; ".join(x for x in (failure, note) if x))
         )  # fmt: skip
     return rows
 
 
-CHECK_HEADERS = ["result", "module", "family", "class", "max abs diff", "limit", "speed-up [95%]", "speed", "note"]
+def _bounded(items: Sequence[str], limit: int = MAX_ROWS) -> list[str]:
+    return [*items[:limit], f"… {len(items) - limit} more"] if len(items) > limit else list(items)
+
+
+def _upstream(r: Any) -> tuple[list[str], list[tuple[str, list[str], list[tuple[Any, ...]]]]]:
+    """Upstream parity as the CLI prints it (its summary: the verdict and every finding), and
+    the findings as tables: families, keys, classes."""
+    u = r.upstream
+    if u is None:
+        return ["upstream parity: not run: not asked (check --no-upstream, or unticked in the window)"], []
+    if not u.available:
+        return [f"upstream parity: not run: {u.summary}"], []
+    lines = [u.summary]
+    if u.error:
+        return lines, []
+    tables: list[tuple[str, list[str], list[tuple[Any, ...]]]] = []
+    if u.families:
+        tables.append(
+            ("Families", ["family", "upstream", "detail"], [(f.name, f.status, f.detail) for f in u.families])
+        )
+    keys = [("MISSING, randomly initialized", k) for k in u.missing_keys]
+    keys += [("UNEXPECTED, dropped", k) for k in u.unexpected_keys]
+    keys += [("shape mismatch", k) for k in u.mismatched_keys]
+    if keys:
+        shown = keys[:MAX_ROWS] + ([(f"… {len(keys) - MAX_ROWS} more", "")] if len(keys) > MAX_ROWS else [])
+        tables.append(("Keys upstream's load reported", ["finding", "checkpoint key"], shown))
+    if u.module_classes:
+        classes = list(u.module_classes.items())
+        shown = classes[:MAX_ROWS] + ([(f"… {len(classes) - MAX_ROWS} more", "")] if len(classes) > MAX_ROWS else [])
+        tables.append(("Classes upstream loaded", ["module", "upstream class"], shown))
+    if u.max_abs_diff is not None:
+        ours = f"; ours {u.ours_max_abs_diff:.3g}" if u.ours_max_abs_diff is not None else ""
+        within = "within" if u.within_tolerance else "OUTSIDE"
+        lines.append(f"upstream fused vs the original: max abs diff {u.max_abs_diff:.3g}, {within} tolerance{ours}")
+    if u.leak is not None:
+        lines.append(f"LEAK: {u.leak_detail}" if u.leak else "no leak into a later plain load")
+    return lines, tables
+
+
+def _inputs(r: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
+    e = r.end_to_end
+    if e is None:
+        return ["end to end: not run"], []
+    rows = [(f.run, f.modality, f.count, f.size, f.source) for f in e.inputs]
+    lines = [f"inputs: {note}" for note in e.notes]
+    if not e.ran:
+        lines.insert(0, f"end to end: {e.skipped}")
+    return lines, rows
+
+
+def _floors(r: Any) -> list[str]:
+    tol = r.tolerance
+    lines = [f"tolerance ({r.dtype}): {tol.rule}, atol {tol.atol:g}, rtol {tol.rtol:g}"]
+    e = r.end_to_end
+    if e is not None and e.ran:
+        c = e.comparison
+        if c.floor:
+            lines.append(f"rounding floor end to end: {c.floor:.3g} (limit {c.limit:.3g}); {c.note}".rstrip("; "))
+        else:
+            why = "float32" if r.dtype == "float32" else f"within the {r.dtype} tolerance"
+            lines.append(f"rounding floor end to end: not measured ({why})")
+        if e.timing is not None:
+            lines.append(f"timing noise floor end to end (A/A): {e.timing.floor_text()}")
+    timed = [m.timing for m in r.modules if m.timing]
+    if timed:
+        lows = sorted(t.noise_low for t in timed)
+        highs = sorted(t.noise_high for t in timed)
+        lines.append(
+            f"timing noise floor per module (A/A, median of {len(timed)}): "
+            f"[{lows[len(lows) // 2]:.3f}, {highs[len(highs) // 2]:.3f}]; each module's in the table"
+        )
+    return lines
+
+
+def _not_run(r: Any) -> list[str]:
+    out = []
+    e = r.end_to_end
+    if e is not None and not e.ran:
+        out.append(f"end to end: {e.skipped}")
+    if r.upstream is None:
+        out.append("upstream parity: not run: not asked")
+    elif not r.upstream.available:
+        out.append(f"upstream parity: not run: {r.upstream.summary}")
+    if r.generation is not None and r.generation.verdict == "skipped":
+        out.append(r.generation.line)
+    if r.compiled is not None and r.compiled.comparison is None:
+        out.append(r.compiled.line)
+    out += [f"{m.path}: not verified: {m.error or 'no inputs reached it'}" for m in r.modules if not m.verified_by]
+    untimed = [m.path for m in r.modules if m.timing is None]
+    if untimed:
+        out.append(f"timing: not run for {', '.join(_bounded(untimed, 10))}")
+    return out
+
+
+def _label(path: str) -> str:
+    """A module's name short enough for the chart, its layer indices kept (``model.….0.self_attn``)."""
+    return elide_dotted(path, CHART_LABEL, len)
 
 
 def _check_summary(r: Any) -> list[str]:
+    from ..run.check_text import banner, end_to_end_line
+
     lines = [f"{r.model} ({r.model_class}), fusions: {', '.join(r.fusion_config) or 'none'}, {r.dtype} on {r.device}"]
-    e = r.end_to_end
-    if e is not None and e.comparison is not None:
-        lines.append(f"end to end ({e.output}): max abs diff {_g(e.comparison.max_abs_diff)} (limit {_g(e.comparison.limit)})"
-                     + (f", speed-up {e.timing.verdict_text()}" if e.timing else ""))  # fmt: skip
-    for f in r.family_verdicts:
-        if f.line:
-            lines.append(f.line)
+    lines.append(banner(r))
+    lines += [x for x in (end_to_end_line(r),) if x]
+    lines += [f"verdict: {f.line}" for f in r.family_verdicts if f.line]
     return lines
+
+
+def _check_parts(r: Any) -> list[tuple[Any, ...]]:
+    """The report of a check as parts both formats write: ("h", title), ("lines", [...]),
+    ("table", headers, rows, numeric columns), ("chart", svg) (HTML only)."""
+    from ..run.check_text import TIMINGS_NOTE, peak_lines, workload_options
+
+    rows = _check_rows(r)
+    speed = [(_label(m.path), m.timing) for m in r.modules if m.timing]
+    e = r.end_to_end
+    if e is not None and e.ran and e.timing is not None:
+        speed.append(("end to end", e.timing))
+    parts: list[tuple[Any, ...]] = [("lines", _check_summary(r))]
+    parts.append(("chart", bar_chart([("modules", {"equal": sum(1 for m in r.modules if m.passed),
+                                                   "different": sum(1 for m in r.modules if not m.passed)})],
+                                     "modules within tolerance")))  # fmt: skip
+    if speed:
+        parts.append(("chart", _speed_chart(speed)))
+    parts += [("h", f"Fused modules ({len(r.modules)})"), ("table", CHECK_HEADERS, rows, CHECK_NUMERIC)]
+    parts += [("lines", [TIMINGS_NOTE, *peak_lines(r)])]
+    parts += [("h", "Workload"), ("table", ["option", "value"], workload_options(r), ())]
+    lines, fed = _inputs(r)
+    parts += [("h", "Inputs")]
+    if fed:
+        parts.append(("table", ["run", "modality", "count", "size", "source"], fed, (2,)))
+    parts.append(("lines", lines or ["synthetic inputs"]))
+    parts += [("h", "Floors"), ("lines", _floors(r))]
+    lines, tables = _upstream(r)
+    parts += [("h", "Upstream parity"), ("lines", lines)]
+    for title, headers, table_rows in tables:
+        parts += [("h3", title), ("table", headers, table_rows, ())]
+    if r.generation is not None:
+        parts += [("h", "Generation"), ("lines", [r.generation.line])]
+    if r.compiled is not None:
+        parts += [("h", "Compiled (torch.compile)"), ("lines", [r.compiled.line])]
+    not_run = _not_run(r)
+    if not_run:
+        parts += [("h", "Not run"), ("lines", not_run)]
+    notes = [*r.messages, *r.warnings]
+    if notes:
+        parts += [("h", "Notes"), ("lines", notes)]
+    return parts
+
+
+def _lines_html(lines: Sequence[str]) -> str:
+    return "<ul>" + "".join(f"<li>{_h(x, MAX_LINE)}</li>" for x in lines) + "</ul>"
 
 
 def check_html(r: Any) -> str:
     """A :class:`~fusion_core.run.results.CheckResult` as one self-contained HTML page."""
     ok = r.passed
-    speed = [(m.path.rsplit(".", 2)[-1] if len(m.path) > 30 else m.path, m.timing) for m in r.modules if m.timing]
     body = [
         f"<h1>Check: {_h(r.model)}</h1>",
-        "<p>" + "<br>".join(_h(x) for x in _check_summary(r)) + "</p>",
         f'<p class="verdict {"ok" if ok else "bad"}">{"passed" if ok else "FAILED"}</p>',
-        bar_chart([("modules", {"equal": sum(1 for m in r.modules if m.passed),
-                                "different": sum(1 for m in r.modules if not m.passed)})], "modules within tolerance"),
-    ]  # fmt: skip
-    if speed:
-        body.append(_speed_chart(speed))
-    body += [f"<h2>Fused modules ({len(r.modules)})</h2>", _html_table(CHECK_HEADERS, _check_rows(r), (4, 5))]
-    notes = [*r.messages, *r.warnings]
-    if notes:
-        body += ["<h2>Notes</h2>", "<ul>" + "".join(f"<li>{_h(m)}</li>" for m in notes) + "</ul>"]
+    ]
+    for part in _check_parts(r):
+        kind = part[0]
+        if kind in ("h", "h3"):
+            body.append(f"<{'h2' if kind == 'h' else 'h3'}>{_h(part[1])}</{'h2' if kind == 'h' else 'h3'}>")
+        elif kind == "lines":
+            body.append(_lines_html(part[1]))
+        elif kind == "table":
+            body.append(_html_table(part[1], part[2], part[3]))
+        else:
+            body.append(part[1])
     return _page(f"Check: {r.model}", body)
 
 
 def _speed_chart(items: list[tuple[str, Any]]) -> str:
     """Speed-up per module (original / fused) as bars with their interval, 1.0 marked."""
-    width, left, bar_h = 720, 220, 16
+    width, left, bar_h = 760, 230, 16
     items = items[:60]
     top = max(2.0, *(t.speedup_high for _, t in items if math.isfinite(t.speedup_high)))
-    scale = (width - left - 20) / top
+    scale = (width - left - 60) / top
     height = 30 + len(items) * (bar_h + 6) + 10
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
-             '<text x="0" y="14" font-weight="bold">speed-up, fused vs original (1.0 = same)</text>']  # fmt: skip
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        'font-size="11">',
+        '<text x="0" y="14" font-weight="bold">speed-up, fused vs original (1.0 = same)</text>',
+    ]
     y = 24
     for name, t in items:
         colour = {"faster": "#2e7d32", "slower": "#c62828"}.get(t.verdict, "#90a4ae")
         w = max(1.0, t.speedup * scale) if math.isfinite(t.speedup) else 1.0
+        tip = f"{t.verdict_text()}; original {t.original_ms:.3f} ms, fused {t.fused_ms:.3f} ms"
         parts.append(f'<text x="0" y="{y + 12}">{_h(name)}</text>')
         parts.append(
-            f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colour}"><title>{_h(t.interval_text())}</title></rect>'
+            f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colour}"><title>{_h(tip)}</title></rect>'
         )
         if math.isfinite(t.speedup_low) and math.isfinite(t.speedup_high):
             parts.append(f'<line x1="{left + t.speedup_low * scale:.1f}" x2="{left + t.speedup_high * scale:.1f}" '
@@ -303,12 +472,15 @@ def _speed_chart(items: list[tuple[str, Any]]) -> str:
 
 def check_markdown(r: Any) -> str:
     """A check as Markdown (a pull-request comment)."""
-    out = [f"## Check: {_m(r.model)}\n", "\n".join(f"- {_m(x)}" for x in _check_summary(r)) + "\n",
-           f"**{'passed' if r.passed else 'FAILED'}**\n", f"### Fused modules ({len(r.modules)})\n",
-           _md_table(CHECK_HEADERS, _check_rows(r))]  # fmt: skip
-    notes = [*r.messages, *r.warnings]
-    if notes:
-        out += ["### Notes\n", "\n".join(f"- {_m(m)}" for m in notes) + "\n"]
+    out = [f"## Check: {_m(r.model)}\n", f"**{'passed' if r.passed else 'FAILED'}**\n"]
+    for part in _check_parts(r):
+        kind = part[0]
+        if kind in ("h", "h3"):
+            out.append(f"{'###' if kind == 'h' else '####'} {_m(part[1])}\n")
+        elif kind == "lines":
+            out.append("\n".join(f"- {_m(x, MAX_LINE)}" for x in part[1]) + "\n")
+        elif kind == "table":
+            out.append(_md_table(part[1], part[2]))
     return "\n".join(out)
 
 

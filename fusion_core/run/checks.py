@@ -167,6 +167,9 @@ def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, N
             torch_version=torch.__version__,
             load_before=result.workload.load_before,
             load_after=result.workload.load_after,
+            time_budget=options.timing.budget_s,
+            max_memory=options.max_memory,
+            generate=options.generate,
         )
     finally:
         torch.set_num_threads(saved_threads)

@@ -50,8 +50,9 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class CheckedWorkload:
-    """The sizes a check ran at (its :class:`~fusion_core.boundary.options.Workload` without
-    dtype and device, which the result holds itself) and torch's CPU threads during it."""
+    """The sizes a check ran at (its :class:`~fusion_core.boundary.options.Workload`), torch's
+    CPU threads during it, and the options that bound it: the time budget of each timing, the
+    memory the weights could take, the new tokens generated (what a report prints)."""
 
     batch: int = 1
     seq_len: int | None = None
@@ -64,6 +65,9 @@ class CheckedWorkload:
     dtype: str = ""
     load_before: float | None = field(default=None, metadata=plain(dump=_round(2)))  # 1-minute load average
     load_after: float | None = field(default=None, metadata=plain(dump=_round(2)))  # before / after the timings
+    time_budget: float | None = None  # seconds each timing could spend tightening its interval
+    max_memory: int | None = None  # bytes the weights could take (None: the memory available)
+    generate: int = 0  # greedy new tokens asked for (0: no generation)
 
     @classmethod
     def of(cls, workload: Workload, threads: int | None = None, **machine: Any) -> CheckedWorkload:

@@ -90,7 +90,7 @@ def test_check_report_from_the_cli(tmp_path, capsys):
     assert main([*args, "--report", str(out)]) == 0
     page = out.read_text()
     assert "passed" in page and "model.layers.1.self_attn" in page and "<svg" in page
-    assert "speed-up" in page and "LlamaAttention → FusedLlamaAttention" in page
+    assert "speed-up" in page and "LlamaAttention -&gt; FusedLlamaAttention" in page
     assert main([*args, "--report", str(tmp_path / "check.pdf")]) == 2
     assert "give a file ending in .html or .md" in capsys.readouterr().err
 
@@ -144,3 +144,86 @@ def test_tree_images_use_the_apps_family_colours():
     # enabling fewer families never recolours the others
     only = plan_marks({"b.self_attn": "qkv"}, ["qkv"])
     assert only["b.self_attn"].colour == app["qkv"]
+
+
+@pytest.fixture(scope="module")
+def vlm_check(qwen2_vl_dir, tmp_path_factory):
+    """One real check of the Qwen2-VL demo (three families, a real image, 2 generated tokens,
+    upstream parity on: it reports the missing linear_proj.weight and the leak)."""
+    import numpy as np
+    from PIL import Image
+
+    from fusion_core import check
+
+    folder = tmp_path_factory.mktemp("vlm")
+    image = folder / "photo.png"
+    Image.fromarray((np.indices((56, 84)).sum(0) * 5 % 256).astype("uint8")).convert("RGB").save(image)
+    families = {"patch_embeddings": True, "qkv": True, "gate_up": True}
+    return check(str(qwen2_vl_dir), families, image=str(image), generate=2, time_budget=0, repeats=1)
+
+
+@pytest.mark.parametrize("suffix", [".html", ".md"])
+def test_a_check_report_holds_what_the_run_found(vlm_check, tmp_path, suffix):
+    """Issue 33, item 5: upstream parity, the milliseconds, the inputs and workload, the floors,
+    layer-indexed names and the generation, as the run recorded them."""
+    import html
+    import os
+
+    from fusion_core.report import write_report
+
+    r = vlm_check
+    old = os.umask(0o022)
+    try:
+        path = write_report(r, tmp_path / f"check{suffix}")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+    raw = path.read_text()
+    text = html.unescape(raw) if suffix == ".html" else raw.replace("\\", "")  # Markdown escapes _ | [ ] < >
+    u = r.upstream
+    assert u is not None and u.ran and "DIFFERS from ours" in u.summary and u.leak
+    assert "DIFFERS from ours" in text and "linear_proj.weight MISSING, randomly initialized" in text
+    assert "model.visual.patch_embed.linear_proj.weight" in text and "LEAK: " in text
+    e = r.end_to_end
+    assert e is not None and e.ran and e.timing is not None
+    for t in [e.timing, *(m.timing for m in r.modules)]:  # every timed row: ms, interval, A/A floor
+        assert f"{t.original_ms:.3f}" in text and f"{t.fused_ms:.3f}" in text
+        assert t.interval_text() in text and t.floor_text() in text
+    assert "photo.png" in text and any(f"{f.size}" in text for f in e.inputs if f.modality == "text")
+    assert "| dtype | float32 |" in text or "<td>dtype</td><td>float32</td>" in text
+    assert "2 new tokens (dynamic cache)" in text and "0 s per timing" in text
+    assert "rounding floor end to end: not measured (float32)" in text
+    assert f"timing noise floor end to end (A/A): {e.timing.floor_text()}" in text
+    assert "model.language_model.layers.0.self_attn" in text and "model.language_model.layers.1.self_attn" in text
+    assert r.generation is not None and r.generation.line in text
+    assert "upstream parity: not run" not in text
+    if suffix == ".html":
+        chart = raw[raw.index("speed-up, fused vs original") :]
+        labels = _texts_of(chart[: chart.index("</svg>")])
+        assert "model.language_model.…0.self_attn" in labels and "model.language_model.…1.self_attn" in labels
+
+
+def _texts_of(svg_tail: str) -> list[str]:
+    import re
+
+    return re.findall(r'<text x="0" y="\d+">([^<]*)</text>', svg_tail)
+
+
+def test_a_check_report_escapes_and_bounds_what_came_from_the_folder(vlm_check):
+    """Names from a model folder are data: never markup, never unbounded; what did not run says why."""
+    from dataclasses import replace
+
+    from fusion_core.report import check_html, check_markdown
+    from fusion_core.run.results import EndToEndCheck
+
+    hostile = "<script>alert(1)</script>|`x`" + "y" * 5000
+    r = replace(vlm_check, model=hostile, upstream=None)
+    r.modules = [replace(m, path=f"model.<b>{i}</b>.layers.{i}.self_attn") for i, m in enumerate(r.modules)]
+    r.end_to_end = EndToEndCheck("", "", "", {}, None, None, skipped="not run: <i>too big</i>")
+    page, md = check_html(r), check_markdown(r)
+    assert "<script>" not in page and "<b>" not in page and "<i>" not in page and "&lt;script&gt;" in page
+    assert "y" * 1500 not in page and "y" * 1500 not in md
+    assert "<script>" not in md and "\\<script\\>" in md and "\\<b\\>" in md
+    ET.fromstring(page[page.index("<svg") : page.index("</svg>") + 6])
+    for text in (page, md.replace("\\", "")):
+        assert "upstream parity: not run: not asked" in text and "end to end: not run:" in text
