@@ -105,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
     import transformers.models.qwen2_vl.modeling_qwen2_vl  # noqa: F401  (code, not the checkpoint's memory)
 
     from fusion_core import check
@@ -136,9 +135,11 @@ def main(argv: list[str] | None = None) -> int:
             + "; ".join(v.line for v in r.family_verdicts)
         )
     load = f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else ""
-    header = f"torch {torch.__version__}, {args.threads or torch.get_num_threads()} threads, float32, CPU{load}"
+    from _machine import machine, machine_line
+
+    header = f"{machine_line()}, float32{load}"
     if args.json:
-        print(json.dumps({"env": header, "rows": rows, "notes": notes}, indent=2))
+        print(json.dumps({"env": header, "machine": machine(), "rows": rows, "notes": notes}, indent=2))
         return 0
     print(header)
     print(

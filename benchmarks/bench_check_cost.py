@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from _machine import machine_line
 from _ratios import cost
 
 HERE = Path(__file__).resolve().parent
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  round {i + 1} {name}: {times[name][-1]:.1f} s", file=sys.stderr)
     load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     ratio = cost(times["new"], times["old"], times["old_again"])
+    print(machine_line())
     print(f"fusion-core {' '.join(check)}: {args.runs} rounds, fresh processes, medians")
     if load_before is not None:
         print(f"load average {load_before:.1f} before, {load_after:.1f} after, on {os.cpu_count()} CPUs")

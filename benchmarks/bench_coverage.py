@@ -16,6 +16,8 @@ import os
 import resource
 import time
 
+from _machine import machine_line
+
 from fusion_core.boundary.convert import to_plain
 
 TARGET = 60.0
@@ -38,6 +40,7 @@ def main() -> None:
     worker_cpu = children.ru_utime + children.ru_stime
     load_after = os.getloadavg()[0]
 
+    print(machine_line())
     print(
         f"coverage of {len(report.results)} model types: {len(report.instantiated)} instantiated, "
         f"{len(report.failed)} could not be (transformers {report.transformers_version})"

@@ -29,6 +29,7 @@ import struct
 import sys
 from pathlib import Path
 
+from _machine import machine_line
 from bench_export import CACHE, MIB, _median, ensure_checkpoint, largest_tensor, measure
 
 MODULES = "import torch, transformers, safetensors, fusion_core, fusion_core.compare.run, fusion_core.compare.values; "
@@ -129,6 +130,7 @@ def main() -> None:
         print(json.dumps(report, indent=2))
         return
     r = report
+    print(machine_line())
     print(
         f"A {a.name}: {size / 1e9:.2f} GB, largest tensor {largest / MIB:.0f} MiB; B: one tensor changed; {runs} runs"
     )

@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from _machine import machine, machine_line
 from _qwen2vl_checkpoint import generate as _generate
 from _ratios import cost, minus
 
@@ -191,6 +192,7 @@ def main() -> None:
         "time_ratio_nosync_in_process_vs_copy": ratios["nosync_in_process_vs_copy"]["ratio"],
         "ratios": ratios,
         "time_ratio_target": 1.5,
+        "machine": machine(),
         "peak_rss_mib": {name: round(v, 1) for name, v in rss.items()},
         "export_rss_above_import_mib": round(rss_above, 1),
         "rss_target_mib": round(rss_target, 1),
@@ -199,6 +201,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(report, indent=2))
         return
+    print(machine_line())
     print(f"checkpoint {src.name}: {size / 1e9:.2f} GB, largest tensor {largest / MIB:.0f} MiB; {runs} runs, medians")
     for name in commands:
         print(f"  {name:<14} {wall[name]:7.2f} s   peak RSS {rss[name]:7.0f} MiB")

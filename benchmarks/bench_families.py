@@ -176,17 +176,20 @@ def main(argv: list[str] | None = None) -> int:
     cases = [c for c in CASES if (not args.family or c.family in args.family) and (c.quick or not args.quick)]
     # other processes skew every ratio: say how busy the machine was
     load = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else ""
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; {load}", file=sys.stderr)
+    from _machine import machine, machine_line
+
+    print(f"{machine_line()}; {load}", file=sys.stderr)
     rows = []
     for case in cases:
         for dtype in DTYPES:
-            rows.append(measure(case, dtype, budget))
+            rows.append({**measure(case, dtype, budget), "machine": machine()})
             r = rows[-1]
             print(f"  {case.family} {case.label} {dtype}: {r['verdict_text']}", file=sys.stderr)
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         print()
         return 0
+    print(machine_line())
     print(_table(rows))
     if hasattr(os, "getloadavg"):
         print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _machine import machine_line
+
 MODELS = ("arch:qwen2_5_omni", "arch:qwen2_vl", "demo:qwen2-vl")
 TARGET_PAINT_S = 1.5
 TARGET_STALL_MS = 100.0
@@ -243,6 +245,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-gui-"))
     os.environ["FUSION_INSPECTOR_SETTINGS"] = str(tmp / "settings.ini")
     env = dict(os.environ)
+    print(machine_line())
     if args.only_interactions:
         print(f"longest GUI-thread stall (5 ms timer; target <= {TARGET_STALL_MS:.0f} ms)")
         _print_stalls(interactions_only())

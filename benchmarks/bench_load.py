@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+from _machine import machine, machine_line
 from _qwen2vl_checkpoint import generate as _generate
 from _ratios import cost, minus
 
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         "checkpoint": str(folder),
         "checkpoint_mb": round(size / MIB, 1),
         "runs": runs,
+        "machine": machine(),
         "load_average": {"before": load_before, "after": load_after, "cpus": os.cpu_count()},
         "median": {k: {m: round(v, 4) for m, v in r.items()} for k, r in med.items()},
         "time_ratio": ratios["time"]["ratio"],
@@ -138,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
+    print(machine_line())
     print(f"checkpoint: {folder.name} ({size / MIB:.0f} MiB), {runs} rounds of fresh processes, medians")
     if load_before is not None:
         print(f"load average {load_before:.1f} before, {load_after:.1f} after, on {os.cpu_count()} CPUs")

@@ -110,11 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     patches = 1024 if args.quick else 4096
     options = TimingOptions(min_rounds=args.repeats or 7, budget_s=args.budget or (1.0 if args.quick else 3.0))
     load = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else ""
+    from _machine import machine, machine_line
+
     rows = [bench(name, patches, dtype, options) for name in CASES for dtype in DTYPES]
     if args.json:
-        print(json.dumps({"threads": torch.get_num_threads(), "load": load, "results": rows}, indent=2))
+        print(json.dumps({"machine": machine(), "load": load, "results": rows}, indent=2))
         return 0
-    print(f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}; {load}; the engine's timing")
+    print(f"{machine_line()}; {load}; the engine's timing")
     head = f"{'module':26}{'dtype':10}{'input':>20}{'original ms':>13}{'fused ms':>10}"
     head += f"  {'speedup [95%] verdict (A/A noise floor)':44}{'max diff':>10}"
     print(head)

@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from _machine import machine_line
+
 TARGET = 0.5
 SPEC = "arch:qwen2_vl"
 
@@ -88,6 +90,7 @@ def main() -> None:
         ratio = f"  {seconds / target:5.2f}x of the {target:g} s target" if target else ""
         return f"{name:<44} {seconds:7.3f} s{ratio}"
 
+    print(machine_line())
     print(f"plan {SPEC} --fusion patch_embeddings (load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)")
     print(line("imports: torch, transformers, fusion_core", base_imports, None))
     print(line("imports: + the Qwen2-VL modeling module", imports, None))

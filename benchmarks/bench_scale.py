@@ -32,6 +32,8 @@ import threading
 import time
 from pathlib import Path
 
+from _machine import machine, machine_line
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PY = sys.executable
@@ -162,9 +164,10 @@ def main() -> int:
             }
         )
     if args.json:
-        print(json.dumps({"checkpoint_bytes": ckpt, "runs": args.runs, "rows": rows}, indent=2))
+        print(json.dumps({"machine": machine(), "checkpoint_bytes": ckpt, "runs": args.runs, "rows": rows}, indent=2))
         return 0
-    print(f"checkpoint: {args.folder} ({ckpt / 1e9:.1f} GB); {args.runs} run(s); machine: {os.cpu_count()} CPUs")
+    print(machine_line())
+    print(f"checkpoint: {args.folder} ({ckpt / 1e9:.1f} GB); {args.runs} run(s)")
     print(f"{'operation':<12} {'time':>9} {'÷ forward':>22} {'÷ cp':>22} {'peak in use':>12} {'÷ ckpt':>7}  rc")
     for row in rows:
         t = min(row["seconds"])

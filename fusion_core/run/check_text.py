@@ -129,7 +129,8 @@ def machine_line(result: Any) -> str:
     if not w.torch_version:
         return ""
     loads = f"; load average {w.load_before:.1f} -> {w.load_after:.1f}" if w.load_before is not None else ""
-    return f"workload: torch {w.torch_version}, {w.threads} thread(s), {w.dtype} on {w.device}{loads}"
+    cpu = f"; {w.cpu}" if w.cpu else ""
+    return f"workload: torch {w.torch_version}, {w.threads} thread(s), {w.dtype} on {w.device}{cpu}{loads}"
 
 
 def workload_options(result: Any) -> list[tuple[str, str]]:

@@ -170,10 +170,18 @@ def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, N
             time_budget=options.timing.budget_s,
             max_memory=options.max_memory,
             generate=options.generate,
+            cpu=_cpu(),
         )
     finally:
         torch.set_num_threads(saved_threads)
     return result
+
+
+def _cpu() -> str:
+    from .machine import this_machine
+
+    m = this_machine()
+    return f"{m.cpu} ({m.cpu_class}; torch dispatches {m.capability})"
 
 
 def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Progress, None, CheckResult]:

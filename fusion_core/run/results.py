@@ -68,6 +68,8 @@ class CheckedWorkload:
     time_budget: float | None = None  # seconds each timing could spend tightening its interval
     max_memory: int | None = None  # bytes the weights could take (None: the memory available)
     generate: int = 0  # greedy new tokens asked for (0: no generation)
+    #: the CPU and its vector units (:func:`fusion_core.run.machine.this_machine`): speedups differ by CPU class
+    cpu: str = ""
 
     @classmethod
     def of(cls, workload: Workload, threads: int | None = None, **machine: Any) -> CheckedWorkload:

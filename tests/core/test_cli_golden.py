@@ -48,6 +48,7 @@ VOLATILE = {
     "summary",
     "transformers_version",
     "torch_version",
+    "cpu",
     "jobs",
     "threads",
     "detail",
