@@ -93,6 +93,9 @@ class Host:
         self._out_lock = threading.Lock()
         self._sessions: dict[str, Any] = {}  # session -> Inspection
         self._restoring: dict[str, threading.Event] = {}  # session -> set when its restore open ended
+        #: set when the warm-up's imports ended: transformers' lazy modules are not safe to import
+        #: from two threads at once (a half-initialised one raises ImportError in the other)
+        self._warmed = threading.Event()
         self._tokens: dict[int, Any] = {}  # job id -> CancelToken
         self._threads: list[threading.Thread] = []
         self._quick: queue.Queue[tuple[Op[Any, Any], Any, int | None] | None] = queue.Queue()
@@ -274,9 +277,17 @@ class Host:
         """Import the engine while the window paints (the first open then starts at once)."""
         t0 = time.perf_counter()
         try:
-            import fusion_core.plan.fusion_plan  # noqa: F401 - torch, transformers, the families
+            import importlib
+
+            importlib.import_module("fusion_core.plan.fusion_plan")  # torch, transformers, the families
+            # what every modeling module imports first (loading, conversion mappings, kernels,
+            # DTensor): 2-3 s of an unseen model's first open, done while the window paints;
+            # the open then imports only its own modeling module
+            importlib.import_module("transformers.modeling_utils")
         except BaseException:
             log.debug("warming up failed", exc_info=True)  # the first open reports it
+        finally:
+            self._warmed.set()
         log.debug("engine imported in %.2f s", time.perf_counter() - t0)
 
     def _open(self, p: OpenParams) -> Generator[Any, None, dict[str, Any]]:
@@ -289,7 +300,7 @@ class Host:
 
         t0 = time.perf_counter()
         yield Progress(0, 4, f"loading the engine for {p.spec}")
-        import fusion_core.plan.fusion_plan  # noqa: F401 - the first open waits for the warm-up here
+        self._warmed.wait()  # the first open waits for the warm-up's imports here
 
         t1 = time.perf_counter()
         yield Progress(1, 4, f"building {p.spec} on the meta device")
