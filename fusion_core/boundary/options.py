@@ -179,9 +179,10 @@ class CheckOptions:
             raise OptionError("cache", f"must be dynamic or static, got {str(self.cache)[:40]!r}")
         if self.max_memory is not None:
             object.__setattr__(self, "max_memory", parse_size(self.max_memory, "max_memory"))
-        images = [str(p) for p in self.images or ()]
-        if self.image is not None and (not images or images[0] != str(self.image)):
-            images.insert(0, str(self.image))
+        # paths are expanded here, once: every stage downstream gets the file's real path
+        images = [os.path.expanduser(str(p)) for p in self.images or ()]
+        if self.image is not None and (not images or images[0] != os.path.expanduser(str(self.image))):
+            images.insert(0, os.path.expanduser(str(self.image)))
         if any(not p for p in images):
             raise OptionError("image", "must name a file")
         object.__setattr__(self, "images", tuple(images))
@@ -189,11 +190,11 @@ class CheckOptions:
         for name in ("video", "audio"):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, str(value))
+                object.__setattr__(self, name, os.path.expanduser(str(value)))
                 if not getattr(self, name):
                     raise OptionError(name, "must name a file")
         for name, path in [("image", p) for p in images] + [("video", self.video), ("audio", self.audio)]:
-            if path is not None and not os.path.isfile(os.path.expanduser(path)):  # before the model opens
+            if path is not None and not os.path.isfile(path):  # before the model opens
                 raise OptionError(name, f"{path[:200]!r}: no such file")
 
     @classmethod

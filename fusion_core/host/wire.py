@@ -52,24 +52,55 @@ def decode(line: bytes | str) -> dict[str, Any]:
     return data
 
 
+#: the attributes of an engine error that cross with it besides its message
+_CARRIED = ("option", "detail")
+
+
 def error_data(error: BaseException) -> dict[str, Any]:
-    """An exception as plain data: class name, message, traceback (bugs only), its files (RemoteCodeError)."""
+    """An exception as plain data: class name, message, the options it names, traceback (bugs
+    only), its files (RemoteCodeError), an OptionError's option and detail."""
     data: dict[str, Any] = {"kind": type(error).__name__, "message": str(error)}
     if not isinstance(error, errors.FusionError):
         data["details"] = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return data
+    if error.options:
+        data["options"] = [str(o) for o in error.options]
     if isinstance(error, errors.RemoteCodeError):
         data["files"] = list(error.files)
+    for name in _CARRIED:
+        if isinstance(getattr(error, name, None), str):
+            data[name] = getattr(error, name)
     return data
 
 
+def _engine_errors() -> dict[str, type[errors.FusionError]]:
+    """Every FusionError class by name, wherever it is declared (``OptionError`` is in
+    ``boundary.options``): the lookup is total, a user's error never arrives as a bug."""
+    from ..boundary import options  # noqa: F401 - declares OptionError
+
+    found: dict[str, type[errors.FusionError]] = {}
+    stack: list[type[errors.FusionError]] = [errors.FusionError]
+    while stack:
+        cls = stack.pop()
+        found.setdefault(cls.__name__, cls)
+        stack += cls.__subclasses__()
+    return found
+
+
 def error_from_data(data: dict[str, Any]) -> Exception:
-    """The exception :func:`error_data` describes: the same FusionError subclass, or an EngineFailure."""
+    """The exception :func:`error_data` describes: the same FusionError subclass (with the
+    options it names), or an EngineFailure."""
     kind, message = str(data.get("kind", "")), str(data.get("message", ""))
-    cls = getattr(errors, kind, None)
-    if isinstance(cls, type) and issubclass(cls, errors.FusionError):
-        if cls is errors.RemoteCodeError:
-            return errors.RemoteCodeError(message, [str(f) for f in data.get("files") or []])
+    cls = _engine_errors().get(kind)
+    if cls is None:
+        return EngineFailure(kind or "Exception", message, str(data.get("details", "")))
+    if cls is errors.RemoteCodeError:
+        error: errors.FusionError = errors.RemoteCodeError(message, [str(f) for f in data.get("files") or []])
+    else:
         error = cls.__new__(cls)
         Exception.__init__(error, message)
-        return error
-    return EngineFailure(kind or "Exception", message, str(data.get("details", "")))
+    error.options = tuple(str(o) for o in data.get("options") or ())
+    for name in _CARRIED:
+        if isinstance(data.get(name), str):
+            setattr(error, name, data[name])
+    return error

@@ -237,3 +237,18 @@ def test_the_output_check_is_our_loaders_comparison_in_the_consumers_child(llama
     refused = Consumer("fusion_core 0", REFUSES, "fusion_core.load(OUT)", "UnknownFamilyError: no family 'x'")
     with pytest.raises(ExportError, match="the export does not load back: UnknownFamilyError: no family 'x'"):
         require_outputs(None, refused)
+
+
+def test_a_home_relative_image_is_the_same_file_everywhere(
+    qwen2_vl_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``~/photo.png`` passes validation and is the file the run reads: paths are expanded once,
+    in the options (issue 31: the check stage did not expand ``~`` and failed after validation)."""
+    from fusion_core import check
+
+    _png(tmp_path / "photo.png")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    result = check(str(qwen2_vl_dir), {"patch_embeddings": True}, upstream=False, time_budget=0,
+                   images=("~/photo.png",))  # fmt: skip
+    fed = [i for i in result.end_to_end.inputs if i.modality == "image"]
+    assert result.passed and [i.source for i in fed] == ["photo.png"] and fed[0].size == "64x48 px"

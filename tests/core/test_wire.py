@@ -85,3 +85,18 @@ def test_from_plain_refuses_the_wrong_shape():
         wire.from_plain(Timing, {"original_ms": "fast", "fused_ms": 1.0, "repeats": 1})
     with pytest.raises(TypeError):
         wire.to_plain(object())
+
+
+def test_every_engine_error_keeps_its_class_and_the_options_it_names():
+    """The lookup is total: OptionError is declared in boundary.options, not errors.py, and
+    still arrives as itself, with the option and the flags its message names (issue 31)."""
+    from fusion_core.boundary.options import CheckOptions, OptionError
+
+    with pytest.raises(OptionError) as raised:
+        CheckOptions.build(batch=0)
+    back = wire.error_from_data(json.loads(wire.encode(wire.error_data(raised.value))))
+    assert type(back) is OptionError and str(back) == str(raised.value)
+    assert back.option == "batch" and back.detail == raised.value.detail and back.exit_code == 2
+    named = errors.naming(errors.CheckError("the image is gone"), "image")
+    back = wire.error_from_data(wire.error_data(named))
+    assert type(back) is errors.CheckError and back.options == ("image",)
