@@ -52,32 +52,6 @@ def shape_text(shape: Sequence[int] | None) -> str:
     return "×".join(str(int(d)) for d in shape)
 
 
-def parse_size(text: str) -> int:
-    """'5GB', '500MiB', '1024' -> bytes.
-
-    Raises:
-        ValueError: not a size.
-    """
-    t = text.strip().upper().replace(" ", "")
-    factors = {
-        "TIB": 1024**4,
-        "GIB": 1024**3,
-        "MIB": 1024**2,
-        "KIB": 1024,
-        "TB": 10**12,
-        "GB": 10**9,
-        "MB": 10**6,
-        "KB": 10**3,
-        "B": 1,
-    }
-    suffix = next((x for x in factors if t.endswith(x)), "")
-    value = float(t[: len(t) - len(suffix)])
-    factor = factors.get(suffix, 1)
-    if value <= 0:
-        raise ValueError(f"size must be positive: {text!r}")
-    return int(value * factor)
-
-
 def seconds_text(seconds: float) -> str:
     """A duration for the status bar: '0.42 s', '12 s', '3 min 4 s'."""
     if seconds < 10:

@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fusion_core.boundary.options import ExportOptions, OptionError
+from fusion_core.boundary.options import ExportOptions, OptionError, parse_size
 
-from ..format import human_bytes, parse_size, seconds_text
+from ..format import human_bytes, seconds_text
 
 if TYPE_CHECKING:
     from fusion_core.export.result import Consumer
@@ -196,9 +196,9 @@ class ExportDialog(QDialog):
     def start(self) -> Job | None:
         """Validate the form and start the export job."""
         try:
-            shard = parse_size(self.shard_edit.text())
-        except ValueError:
-            self._set_status("error", f"Max shard size {self.shard_edit.text()!r} is not a size (e.g. 5GB, 500MB).")
+            shard = parse_size(self.shard_edit.text())  # the one parser: the CLI's and accelerate's grammar
+        except OptionError as e:
+            self._set_status("error", f"Max shard size: {e.detail}")
             return None
         if not self.dest_edit.text().strip():
             self._set_status("error", "Choose a destination folder.")

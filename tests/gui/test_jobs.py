@@ -114,3 +114,17 @@ def test_export_writes_a_folder_the_core_verifies(qtbot, window, open_model, onl
     assert sig.args[0].replaced_existing and sig.args[0].layout == "original"
     assert inspect_model(str(out)).plan({"patch_embeddings": True}).layout == "original"
     dialog.close()
+
+
+@pytest.mark.parametrize("text", ["inf", "1e400GB", "-5GB", "five", "9" * 400 + "GB"])
+def test_export_dialog_refuses_a_bad_shard_size_in_words(qtbot, window, open_model, tmp_path, text):
+    """The dialog validates with the core's one size parser: "inf" or "1e400GB" raised
+    OverflowError past a ``except ValueError`` and reached the bug dialog (issue 31)."""
+    open_model(window, "demo:llama")
+    dialog = window.show_export_dialog()
+    qtbot.addWidget(dialog)
+    dialog.dest_edit.setText(str(tmp_path / "out"))
+    dialog.shard_edit.setText(text)
+    assert dialog.start() is None and dialog.job is None
+    assert dialog.status.text().startswith("Max shard size: ") and "size" in dialog.status.text()
+    assert not (tmp_path / "out").exists()

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QLabel
 from torch import nn
 
 from fusion_core import module_tree
-from fusion_gui.format import human_bytes, human_count, parse_size, shape_text
+from fusion_gui.format import human_bytes, human_count, shape_text
 from fusion_gui.models.table_model import Column, RowsTableModel, TextFilterProxy
 from fusion_gui.models.tree_model import ModuleTreeModel
 
@@ -60,4 +60,3 @@ def test_formatters():
     assert human_count(219_390) == "219.39K" and human_count(7_000_000_000) == "7.00B" and human_count(12) == "12"
     assert human_bytes(1536) == "1.5 KiB" and human_bytes(10) == "10 B"
     assert shape_text([32, 3, 2, 14, 14]) == "32×3×2×14×14" and shape_text([]) == "scalar"
-    assert parse_size("5GB") == 5 * 10**9 and parse_size("2 MiB") == 2 * 1024**2 and parse_size("100") == 100
