@@ -524,11 +524,20 @@ class AppState(QObject):
             f"Checking {self.spec} ({dtype})",
             f"Checked {self.spec} ({dtype})",
         )
-        job.succeeded.connect(self._on_checks_done)
+        ran = (self.session, self.spec, dict(self.plan.fusion_config))
+        job.succeeded.connect(lambda result: self._on_checks_done(result, ran))
         job.failed.connect(lambda e: self._report("Checks failed", e))
         return job
 
-    def _on_checks_done(self, result: Any) -> None:
+    def _on_checks_done(self, result: Any, ran: tuple[str, str | None, dict[str, Any]]) -> None:
+        """Show ``result`` only while the plan it ran is the one on show: the fusions can be
+        edited, or another model opened, while a check runs."""
+        if ran != (self.session, self.spec, self.fusion_config):
+            log.warning(
+                "the check of %s (%s) ended after the plan on show changed: its result is not shown",
+                ran[1], ", ".join(ran[2]) or "no fusion",
+            )  # fmt: skip
+            return
         self.check_result = result
         self.checks_finished.emit(result)
 

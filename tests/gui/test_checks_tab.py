@@ -136,3 +136,40 @@ def test_generation_from_the_workload(qtbot, window, open_model, only_fusions, q
     result = _run(qtbot, window)
     assert result.generation is not None and result.generation.identical and result.generation.new_tokens == 6
     assert "generation (dynamic cache): 6 new tokens identical, original and fused" in panel.verdicts_label.text()
+
+
+def test_a_result_is_shown_only_for_the_plan_it_ran(qtbot, window, open_model, only_fusions, qwen2_vl_dir):
+    """Fusions edited while a check runs: the old check's result is not installed for the new
+    plan (issue 31: the Checks tab and the tree overlay showed results of a plan no longer on show)."""
+    _quick_checks(window, open_model, only_fusions, str(qwen2_vl_dir), "patch_embeddings", "qkv")
+    state = window.state
+    finished = []
+    state.checks_finished.connect(finished.append)
+    with qtbot.waitSignal(state.job_ended, timeout=JOB_TIMEOUT_MS) as ended:
+        window.checks.run_button.click()
+        assert state.busy
+        state.set_family_enabled("qkv", False)  # while the check of patch_embeddings + qkv runs
+    assert ended.args[0] == "checks" and ended.args[1] == "ok"
+    qtbot.waitUntil(lambda: not state.busy, timeout=10_000)
+    assert finished == [] and state.check_result is None
+    assert window.checks.model.rowCount() == 0
+
+
+def test_compiled_too_reaches_the_check_and_its_line_is_shown(qtbot, window, open_model, only_fusions, llama_dir):
+    """The workload's "Compiled too" asks for inductor; a check compiled (here with the eager
+    backend, seconds instead of minutes) shows its line among the verdicts."""
+    from fusion_core.boundary.options import CheckOptions
+
+    panel = _quick_checks(window, open_model, only_fusions, str(llama_dir), "qkv")
+    w = panel.workload
+    assert w.options()["compile"] == ""
+    w.compile.setChecked(True)
+    assert (
+        w.options()["compile"] == "inductor"
+        and panel.workload_button.text() == "Workload: cpu, compiled too (inductor)"
+    )
+    with qtbot.waitSignal(window.state.checks_finished, timeout=JOB_TIMEOUT_MS) as sig:
+        window.state.run_checks(CheckOptions.build(repeats=1, upstream=False, time_budget=0, compile="eager"))
+    c = sig.args[0].compiled
+    assert c is not None and c.passed and c.graphs_fused == c.graphs_original
+    assert c.line.split(":")[0] in panel.verdicts_label.text() and "graphs original" in panel.verdicts_label.text()
