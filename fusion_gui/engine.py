@@ -69,8 +69,10 @@ class Engine(QObject):
     def running(self) -> bool:
         return self._proc is not None and self._proc.state() != QProcess.ProcessState.NotRunning
 
-    def start(self) -> None:
-        """Start the process (no-op when it runs)."""
+    def start(self, opening: str | None = None) -> None:
+        """Start the process (no-op when it runs); a new process reopens every session's model
+        (``opening``: the session whose open is the request being sent) - after a crash, the
+        restart cap, or a failed start alike."""
         if self.running:
             return
         from fusion_core.run.isolated import isolated_command
@@ -90,6 +92,9 @@ class Engine(QObject):
         self._proc, self._buffer, self._stderr_tail, self._stopping = proc, bytearray(), "", False
         proc.start(argv[0], argv[1:])
         log.debug("engine process starting: %s", " ".join(argv[:2]))
+        for session, params in self._opened.items():  # notifications: their answers go nowhere
+            if session != opening:
+                self._notify(OPEN, dataclasses.replace(params, restore=True))
 
     def stop(self, msecs: int = QUIT_GRACE_MS) -> None:
         """End the process: close its input (it cancels its jobs and exits), end it if it does not.
@@ -134,9 +139,7 @@ class Engine(QObject):
         if len(self._restarts) > MAX_RESTARTS:
             log.error("the engine stopped %d times in a minute: it starts again with the next request", MAX_RESTARTS)
             return
-        self.start()
-        for params in self._opened.values():  # notifications: their answers go nowhere
-            self._notify(OPEN, dataclasses.replace(params, restore=True))
+        self.start()  # reopens the sessions' models
         self.restarted.emit(reason)
 
     def _fail_pending(self, cancelled: Job | None, reason: str) -> None:
@@ -183,7 +186,7 @@ class Engine(QObject):
 
         if not isinstance(params, op.params):
             raise TypeError(f"{op.name} takes {op.params.__name__}, not {type(params).__name__}")
-        self.start()
+        self.start(opening=params.session if op is OPEN else None)
         job: Job[R] = Job(op, params, name, parent if parent is not None else self)
         job.id, self._next_id = self._next_id, self._next_id + 1
         self._jobs[job.id] = job

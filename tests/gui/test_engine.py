@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -166,3 +167,19 @@ def test_a_call_answers_with_its_typed_result(qtbot, window):
         failing.result()
     with pytest.raises(TypeError, match="lists takes NoParams"):
         jobs.call(LISTS, OpenParams("s", "demo:llama"), background=True)
+
+
+def test_the_engine_reopens_the_model_whenever_it_starts_again(qtbot, window, open_model, only_fusions):
+    """Past the restart cap the engine waits for the next request; the process that request
+    starts has the model open again (issue 31: every plan then failed with "no model is open
+    in the engine" until the user reopened it)."""
+    open_model(window, "demo:llama")
+    engine = window.state.jobs.engine
+    old_pid = engine.pid
+    engine._restarts = [time.monotonic()] * engine_module.MAX_RESTARTS  # the cap is reached by this crash
+    os.kill(old_pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: not engine.running, timeout=30_000)
+    only_fusions(window, "qkv", "gate_up")  # a plan: the first request after the cap starts the engine
+    assert engine.pid not in (0, old_pid)
+    assert window.state.plan is not None and set(window.state.plan.fusion_config) == {"qkv", "gate_up"}
+    assert window.state.plan_error == ""
