@@ -30,6 +30,7 @@ def test_void_calls_and_none_data_never_drain_none(qtbot):
     table = RowsTableModel([Column("a", "A")])
     table.set_rows([{"a": 1}])
     label = QLabel()
+    before = sys.getrefcount(None)  # immortal (constant) from Python 3.12 on; counted before that
     for _ in range(200_000):  # more than None's natural reference count
         label.setText("x")
     for model in (tree_model, table):
@@ -39,7 +40,8 @@ def test_void_calls_and_none_data_never_drain_none(qtbot):
         for _ in range(20_000):
             index.data(Qt.ItemDataRole.WhatsThisRole)
             proxy.headerData(0, Qt.Orientation.Horizontal, Qt.ItemDataRole.WhatsThisRole)
-    assert sys.getrefcount(None) > 0 and label.isVisible() is False
+    # a drained reference per call would show as hundreds of thousands fewer here
+    assert sys.getrefcount(None) >= before - 1_000 and label.isVisible() is False
 
 
 def test_rows_table_model_and_filter(qtbot, qtmodeltester):

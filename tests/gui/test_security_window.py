@@ -28,10 +28,11 @@ def test_the_cache_never_paints_another_folder(qtbot, make_window, open_model, l
     state = window.state
     shown: list[object] = []
     state.preview_ready.connect(shown.append)
-    state.show_cached(str(b))
+    with qtbot.waitSignal(state._preview_read, timeout=30_000) as read:  # the read of B's entry ended
+        state.show_cached(str(b))
+    assert read.args[0] == str(b) and read.args[1] is None  # no entry of B; A's is never taken for it
     with qtbot.waitSignal(state.open_failed, timeout=120_000):
         state.open_model(str(b))
-    qtbot.wait(200)  # any entry read would have arrived
     assert shown == [] and state.preview is None
     label = window.model_label.text()
     assert "alpha" not in label and "from the cache" not in label
