@@ -45,10 +45,6 @@ class CancelToken:
     def cancelled(self) -> bool:
         return self._event.is_set()
 
-    def raise_if_cancelled(self) -> None:
-        if self._event.is_set():
-            raise Cancelled("cancelled by the user")
-
 
 ProgressCallback = Callable[[Progress], None]
 ProgressGenerator = Generator[Progress, None, T]

@@ -71,9 +71,6 @@ class Settings:
         self._set("models/recent", json.dumps(recent))
         return recent
 
-    def clear_recent_models(self) -> None:
-        self._set("models/recent", "[]")
-
     # fusions ---------------------------------------------------------------------------
     def fusions(self) -> tuple[list[str], set[str]] | None:
         """The last-used family order and the enabled ones; None when never saved."""

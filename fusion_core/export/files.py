@@ -175,13 +175,6 @@ def _inside(path: Path, roots: list[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
 
 
-@dataclass
-class OtherFiles:
-    copied: list[str] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
-    bytes: int = 0
-
-
 def plan_other_files(
     source_folder: Path, checkpoint_files: set[str]
 ) -> tuple[list[tuple[str, Path]], list[tuple[str, str]]]:

@@ -271,12 +271,6 @@ class PatchCall:
         return f"PatchCall({self._name!r}: {self._host._modules[self._name]!r})"
 
 
-def conv_child_name(module: nn.Module, conv_type: type[nn.Module]) -> str | None:
-    """The attribute name of the single direct ``conv_type`` child, or None."""
-    names = [n for n, child in module.named_children() if type(child) is conv_type]
-    return names[0] if len(names) == 1 else None
-
-
 class ConvPatchFusion(FusionSpec):
     """Non-overlapping ConvNd (patch embeddings, downsampling, spatial reduction) -> one Linear.
 

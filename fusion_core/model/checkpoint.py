@@ -182,10 +182,6 @@ class CheckpointIndex:
     def total_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())
 
-    @property
-    def largest_tensor_bytes(self) -> int:
-        return max((t.nbytes for t in self.tensors.values()), default=0)
-
     def keys(self) -> list[str]:
         return list(self.tensors)
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..boundary.convert import converter, to_plain
 from ..errors import FamilyConflictError, ModelSourceError, UsageError
-from ..families import REGISTRY
 from .discovery import Discovery, discover
 from .fusion_config import FusionConfig, configured_family, validate_fusion_config
 from .key_names import Converted, Found, KeyMatcher
@@ -289,10 +288,6 @@ class Inspection:
             tensors.update(dict(self.model.named_buffers()))
             self._tensors = tensors
         return self._tensors
-
-    def discover_all(self) -> dict[str, Discovery]:
-        """The discovery of every registered family, in registry order."""
-        return {name: self.discovery(name) for name in REGISTRY}
 
     def plan(self, fusion_config: FusionConfig | None) -> FusionPlan:
         """Build the plan for ``fusion_config`` (see :func:`validate_fusion_config`).

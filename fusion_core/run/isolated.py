@@ -31,7 +31,6 @@ __all__ = [
     "keep_spares",
     "killed_by",
     "refill_spares",
-    "run_isolated",
     "use_zygote",
 ]
 
@@ -45,7 +44,7 @@ _BOOT = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module(sy
 def isolated_command(module: str) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that run ``python -m module`` isolated (see the module docstring).
 
-    Start it from an empty folder: :func:`run_isolated` does; the window's engine process
+    Start it from an empty folder: :class:`WarmChild` does; the window's engine process
     (:mod:`fusion_core.host`) does with its own.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -68,40 +67,14 @@ def killed_by(returncode: int | None) -> str:
     return f"killed by signal {number} ({name}{oom})"
 
 
-def run_isolated(module: str, stdin: str, *, timeout: float, prefix: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m module`` isolated, with ``stdin`` as its input, and return what it printed.
-
-    Args:
-        module: a module of fusion_core with a ``__main__`` block.
-        stdin: the request (JSON text).
-        timeout: seconds before the child is stopped.
-        prefix: name prefix of the empty working folder.
-
-    Raises:
-        subprocess.TimeoutExpired: the child took longer than ``timeout``.
-    """
-    argv, env = isolated_command(module)
-    with tempfile.TemporaryDirectory(prefix=prefix) as neutral:
-        return subprocess.run(
-            argv,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd=neutral,
-            check=False,
-        )
-
-
 class WarmChild:
     """An isolated child started ahead of its request, so its imports overlap the parent's work.
 
-    It runs :mod:`fusion_core.run.child` isolated (as :func:`run_isolated` does), which imports
+    It runs :mod:`fusion_core.run.child` isolated (:func:`isolated_command`, from an empty folder), which imports
     torch and transformers at once and then serves the module it is given: ``module`` here,
     or later with :meth:`assign` (a spare, see :func:`keep_spares`). :meth:`send` hands it one
     request line without waiting; :meth:`finish` closes its input and returns what it
-    printed, as :func:`run_isolated` does (again on a later call: the first answer is kept).
+    printed (again on a later call: the first answer is kept).
     A child that is never finished is killed by :meth:`close` (also on garbage collection of
     the parent's ``with`` block).
     """

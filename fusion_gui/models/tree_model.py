@@ -448,10 +448,6 @@ class ModuleTreeModel(QAbstractItemModel):
         """The fold row that holds ``node``, once its parent's rows exist."""
         return self._group_of.get(id(node))
 
-    def index_for_node(self, node: ModuleNode, column: int = 0) -> QModelIndex:
-        """The index of ``node`` (its ancestors must be fetched; see :meth:`ensure_fetched`)."""
-        return self._index_of(node, column)
-
     def index_for_path(self, path: str, column: int = 0) -> QModelIndex:
         if self._tree is None or not self.ensure_fetched(path):
             return QModelIndex()

@@ -167,9 +167,6 @@ class TransformsPanel(QWidget):
     def direction(self) -> str:
         return "load" if self.load_button.isChecked() else "save"
 
-    def set_direction(self, direction: str) -> None:
-        (self.load_button if direction == "load" else self.save_button).setChecked(True)
-
     def _on_direction_toggled(self, _checked: bool) -> None:
         self._on_plan_changed(self.state.plan)
 
