@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), then lint, check the layer contract, and run the whole test suite.
+# Set up (scripts/setup.sh), then lint, check the layer contract, and run the whole test suite;
+# then, on a whole run (no arguments), the smoke subset against the oldest transformers (scripts/test_oldest.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -13,3 +14,6 @@ export HF_HUB_OFFLINE=1
 # In parallel (pytest-xdist): each worker is its own process with its own engine process,
 # demo cache and settings (tests/conftest.py); FUSION_TEST_WORKERS=0 runs in one process.
 .venv/bin/python -m pytest -q -n "${FUSION_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder --durations=15 "$@"
+if [ $# -eq 0 ]; then
+    bash scripts/test_oldest.sh
+fi

@@ -71,6 +71,7 @@ def qv_adapter(llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     )  # fmt: skip
 
 
+@pytest.mark.smoke
 def test_original_to_fused_k_left_out_and_back_bitwise(llama_dir: Path, qv_adapter: Path, tmp_path: Path) -> None:
     res = fusion_core.convert_adapter(
         qv_adapter, tmp_path / "fused", base=llama_dir, fusions=FUSIONS, verify_outputs=False
@@ -216,6 +217,7 @@ def vl_logits(base: Path, adapter: Path | None, fusions: dict | None, inputs: di
         return model.eval()(**inputs).logits
 
 
+@pytest.mark.smoke
 def test_patch_embedding_lora_to_fused_verified_and_back_bitwise(
     qwen2_vl_dir: Path, vl_inputs: dict, tmp_path: Path
 ) -> None:
@@ -449,6 +451,7 @@ def test_verified_in_a_child_process_with_consumers(llama_dir: Path, qv_adapter:
     assert json.loads((tmp_path / "fused" / RECORD).read_text())["fusion_config"] == {"qkv": True, "gate_up": True}
 
 
+@pytest.mark.smoke
 def test_cli_plan_and_adapter_json(
     llama_dir: Path, qv_adapter: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

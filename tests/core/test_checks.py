@@ -27,6 +27,7 @@ def wrong_family() -> Iterator[str]:
         yield name
 
 
+@pytest.mark.smoke
 def test_check_demo_passes_float32(qwen2_vl_dir: Path) -> None:
     result = check(qwen2_vl_dir, PE, repeats=2, upstream=False)
     assert result.passed and not result.nothing_to_fuse
@@ -68,6 +69,7 @@ def test_wrong_fusion_fails(qwen2_vl_dir: Path, wrong_family: str) -> None:
     assert result.modules[0].comparison.max_rel_diff == pytest.approx(1e-3, rel=0.05)
 
 
+@pytest.mark.smoke
 def test_nothing_to_check_is_not_a_pass(llama_dir: Path) -> None:
     result = check(llama_dir, PE, upstream=True)
     assert not result.passed and result.nothing_to_fuse
@@ -145,6 +147,7 @@ def test_upstream_matches_where_it_is_right(tmp_path: Path) -> None:
     assert "matches ours" in up.summary
 
 
+@pytest.mark.smoke
 def test_several_families_at_once(qwen2_vl_dir: Path) -> None:
     """Qwen2-VL's legacy text keys (``model.layers.*``) map onto ``model.language_model.layers.*``."""
     fusion = {name: True for name in ("patch_embeddings", "qkv", "gate_up")}
@@ -156,6 +159,7 @@ def test_several_families_at_once(qwen2_vl_dir: Path) -> None:
     assert "model.language_model.layers.0.self_attn" in [m.path for m in result.modules]
 
 
+@pytest.mark.smoke
 def test_image_model_with_conv2d_patches() -> None:
     assert "patch_embeddings_2d" in REGISTRY, "the built-in patch_embeddings_2d family is not registered"
     result = check("demo:vit", {"patch_embeddings_2d": True}, repeats=1, upstream=False, time_budget=0)

@@ -9,6 +9,9 @@ import pytest
 from fusion_core import ModelSourceError, inspect_model
 from fusion_core.model.demo import DEFAULT_DEMO, DEMOS, Demo, demo_path, register_demo
 
+# the smoke subset: also run against the oldest transformers pyproject.toml admits (scripts/test_oldest.sh)
+pytestmark = pytest.mark.smoke
+
 
 def _digests(folder):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}

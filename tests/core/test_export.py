@@ -41,6 +41,7 @@ def _assert_same_tensors(a: Path, b: Path) -> None:
     assert raw_bytes_of(a) == raw_bytes_of(b)
 
 
+@pytest.mark.smoke
 def test_round_trip_single_file_is_bitwise(qwen2_vl_dir: Path, tmp_path: Path) -> None:
     src = copy_model(qwen2_vl_dir, tmp_path / "src")
     fused = export(src, tmp_path / "fused", FUSION, verify_outputs=False)
@@ -73,6 +74,7 @@ def test_round_trip_sharded_is_bitwise(sharded_dir: Path, tmp_path: Path) -> Non
     assert back.verification.outputs is not None and back.verification.outputs["max_abs_diff"] == 0.0
 
 
+@pytest.mark.smoke
 def test_fused_export_loads_fused_and_matches_source(qwen2_vl_dir: Path, tmp_path: Path) -> None:
     result = export(qwen2_vl_dir, tmp_path / "fused", FUSION)
     outputs = result.verification.outputs
@@ -157,6 +159,7 @@ def test_other_files_are_copied_and_outside_links_are_not(qwen2_vl_dir: Path, tm
     assert sorted(result.copied_files) == sorted([*EXTRA_FILES, "generation_config.json", "special_tokens_map.json"])
 
 
+@pytest.mark.smoke
 def test_index_matches_save_pretrained_and_transformers_reads_it(sharded_dir: Path, tmp_path: Path) -> None:
     """Same index json (names, metadata, formatting) as save_pretrained; loadable by transformers."""
     from transformers import Qwen2VLForConditionalGeneration
@@ -202,6 +205,7 @@ def test_default_max_shard_size_is_save_pretrained_default(sharded_dir: Path, tm
     assert index is not None and not index.sharded and len(index.tensors) == len(read_index(sharded_dir).tensors)
 
 
+@pytest.mark.smoke
 def test_cli_export_json(qwen2_vl_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from fusion_core.cli.main import main
 

@@ -99,6 +99,7 @@ def test_save_pretrained_writes_the_legacy_names(name, root):
     assert not any("q_proj" in k or "qkv_proj" in k for k in keys)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_plan_rows_name_the_checkpoint_keys_with_their_shapes(name, root):
     folder = saved(name, root)
@@ -122,6 +123,7 @@ def test_plan_rows_name_the_checkpoint_keys_with_their_shapes(name, root):
     assert tuple(back) == first.source_keys  # fused -> original: the checkpoint's own names
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fused_load_matches_the_plain_model(name, root):
     folder = saved(name, root)
@@ -132,6 +134,7 @@ def test_fused_load_matches_the_plain_model(name, root):
     torch.testing.assert_close(run(result.model), reference, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_export_to_fused_and_back_is_bitwise(name, root, tmp_path):
     folder = saved(name, root)

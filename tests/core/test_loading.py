@@ -52,6 +52,7 @@ def fused_layout_dir(qwen2_vl_dir: Path, tmp_path_factory: pytest.TempPathFactor
     return folder
 
 
+@pytest.mark.smoke
 def test_fused_load_is_exact_and_shares_weights(qwen2_vl_dir: Path) -> None:
     result = load(qwen2_vl_dir, PE)
     plain = load_plain(qwen2_vl_dir)
@@ -94,6 +95,7 @@ def test_half_dtypes(qwen2_vl_dir: Path, dtype: str) -> None:
     assert (a - b).abs().max().item() <= 2e-2 * b.abs().max().item()
 
 
+@pytest.mark.smoke
 def test_fused_layout_checkpoint(qwen2_vl_dir: Path, fused_layout_dir: Path) -> None:
     result = load(fused_layout_dir)  # the config's own fusion_config is honoured
     assert result.layout == "fused" and result.fused_modules == [PATH]
@@ -128,6 +130,7 @@ def test_config_fusion_config_is_overridden_by_caller(qwen2_vl_dir: Path, tmp_pa
     assert getattr(plain.model.config, "fusion_config", None) is None
 
 
+@pytest.mark.smoke
 def test_sharded_checkpoint(qwen2_vl_dir: Path, tmp_path: Path) -> None:
     model = load_plain(qwen2_vl_dir)
     folder = tmp_path / "sharded"

@@ -82,6 +82,7 @@ def _png(path: Path, width: int = 64, height: int = 48) -> Path:
     return path
 
 
+@pytest.mark.smoke
 def test_image_and_prompt_through_the_demos_processor(qwen2_vl_dir: Path, tmp_path: Path, capsys) -> None:
     assert (qwen2_vl_dir / "preprocessor_config.json").is_file() and (qwen2_vl_dir / "tokenizer.json").is_file()
     photo = _png(tmp_path / "photo.png")

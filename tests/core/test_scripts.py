@@ -3,6 +3,7 @@ the install line within a second, and the build configuration makes setuptools p
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -104,3 +105,17 @@ def test_the_editable_build_prints_no_warning_banner(tmp_path):
     assert proc.returncode == 0, proc.stderr
     output = proc.stdout + proc.stderr
     assert "Warning" not in output and "Please be careful" not in output, output
+
+
+def test_the_oldest_smoke_run_pins_the_lower_bounds_pyproject_admits():
+    """scripts/test_oldest.sh tests what pyproject.toml promises: its transformers pin is the
+    range's lower bound, and torch is pinned to the CPU build that lies on disk (as in constraints.txt)."""
+    [lower] = re.findall(r'^\s*"transformers>=([0-9.]+),', (ROOT / "pyproject.toml").read_text(), re.M)
+
+    def pins(name: str) -> dict[str, str]:
+        lines = (ROOT / name).read_text().splitlines()
+        return dict(line.split("==") for line in lines if line and not line.startswith("#"))
+
+    oldest = pins("constraints-oldest.txt")
+    assert oldest["transformers"] in (lower, f"{lower}.0")
+    assert oldest["torch"] == pins("constraints.txt")["torch"]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fusion_core import inspect_model
+
+# the smoke subset: also run against the oldest transformers pyproject.toml admits (scripts/test_oldest.sh)
+pytestmark = pytest.mark.smoke
 
 
 def test_plan_demo_matches_patch_embedding(qwen2_vl_dir):
