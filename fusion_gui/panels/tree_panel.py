@@ -109,6 +109,8 @@ class TreePanel(QWidget):
         self.view = ModuleTreeView(self._expandable_below)
         self.view.setModel(self.model)
         self.view.setUniformRowHeights(True)
+        # 16 px a level (not 20): a module seven levels down keeps its name and its marks at 1280x800
+        self.view.setIndentation(16)
         self.view.setAlternatingRowColors(True)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -571,7 +573,7 @@ class TreePanel(QWidget):
             CLASS,
             min(
                 max(header.sectionSize(CLASS) + 8, 140),
-                int(width * (0.22 if self.view.isColumnHidden(CHECK) else 0.17)),
+                int(width * (0.19 if self.view.isColumnHidden(CHECK) else 0.15)),
             ),
         )
         header.resizeSection(INSTANCES, self.view.fontMetrics().horizontalAdvance("Instances") + 16)
