@@ -580,9 +580,14 @@ class TreePanel(QWidget):
         if not self.view.isColumnHidden(CHECK):
             self.view.resizeColumnToContents(CHECK)
             header.resizeSection(CHECK, min(max(header.sectionSize(CHECK), 110), 190))
-        others = sum(
-            header.sectionSize(c) for c in range(header.count()) if c != NAME and not self.view.isColumnHidden(c)
-        )
+        shown = [c for c in range(header.count()) if c != NAME and not self.view.isColumnHidden(c)]
+        # too wide for the pane (the Check column on): Check, then Class, give way down to their
+        # floors before the last columns go past the right edge
+        for col, floor in ((CHECK, 110), (CLASS, 100)):
+            excess = sum(header.sectionSize(c) for c in shown) + 240 + 2 - width
+            if excess > 0 and col in shown:
+                header.resizeSection(col, max(floor, header.sectionSize(col) - excess))
+        others = sum(header.sectionSize(c) for c in shown)
         header.resizeSection(NAME, max(width - others - 2, 240))
 
     def resizeEvent(self, event) -> None:  # Qt override: keep the columns within the width
