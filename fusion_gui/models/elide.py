@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem
 
-from ..format import elide_dotted
+from ..format import dotted_core, elide_dotted
 
 
 class KeyElideDelegate(QStyledItemDelegate):
@@ -22,3 +25,14 @@ class KeyElideDelegate(QStyledItemDelegate):
         fm = option.fontMetrics
         if fm.horizontalAdvance(option.text) > room:
             option.text = elide_dotted(option.text, room, fm.horizontalAdvance)
+
+
+def core_width(metrics: QFontMetrics, texts: Iterable[str], limit: int = 2000) -> int:
+    """The width a :class:`KeyElideDelegate` column needs to show every text's core whole: its first
+    segment(s), every layer index and its last two names (``model.….0.self_attn``; see ``dotted_core``)."""
+    widths = [metrics.horizontalAdvance(dotted_core(str(t))) for t, _ in zip(texts, range(limit))]
+    return max(widths, default=0) + PADDING
+
+
+#: what the delegate keeps beside its text (it elides to the cell's width less 10), and 2 px to spare
+PADDING = 12

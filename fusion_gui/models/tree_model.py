@@ -15,6 +15,7 @@ time to lay out or paint thousands of rows.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
@@ -38,6 +39,9 @@ CountRole = Qt.ItemDataRole.UserRole + 3  # number of matched modules strictly b
 FamilyRole = Qt.ItemDataRole.UserRole + 4
 ColourRole = Qt.ItemDataRole.UserRole + 5  # the family colour (for the count badge)
 FoldRole = Qt.ItemDataRole.UserRole + 6  # number of folded modules (0: not a fold)
+#: the name's shorter forms, longest first, for a narrow column (a fold's label, an adapter mark): the
+#: delegate shows the first that fits; each keeps what tells the row apart (the layer range, the name)
+ShortRole = Qt.ItemDataRole.UserRole + 7
 
 # the Check column (hidden until checks ran) sits by the name, where a narrow window still shows it
 COLUMNS = ("Module", "Class", "Check", "Instances", "Params", "Own", "Weight shape", "dtype")
@@ -60,7 +64,7 @@ _NUMBERS = (INSTANCES, PARAMS, OWN)
 _MANY_PARENTS = 64  # beyond this many parents with rows, a highlight change is one layout change
 _ROLES = frozenset(
     [_DISPLAY, _DECORATION, _TOOLTIP, _FONT, _ALIGN, _BACKGROUND, _FOREGROUND]
-    + [int(r) for r in (PathRole, StatusRole, CountRole, FamilyRole, ColourRole, FoldRole)]
+    + [int(r) for r in (PathRole, StatusRole, CountRole, FamilyRole, ColourRole, FoldRole, ShortRole)]
 )
 
 
@@ -84,7 +88,15 @@ class FoldGroup:
 
     @property
     def label(self) -> str:
+        return self.labels[0]
+
+    @property
+    def labels(self) -> list[str]:
+        """The label, then shorter forms for a narrow column, each with the layer range:
+        'layers 0–47: 12 × [3 + 1] · 3 is …' -> 'layers 0–47: 12 × [3 + 1]' -> 'layers 0–47: 12×[3+1]'
+        -> '0–47: 12×[3+1]' (the rest is in the tooltip)."""
         first, last = self.nodes[0].name, self.nodes[-1].name
+        span = f"{first}–{last}"
         if self.period:
             sigs = [n.signature for n in self.nodes[: self.period]]
             counts: list[int] = []
@@ -93,17 +105,34 @@ class FoldGroup:
                     counts[-1] += 1
                 else:
                     counts.append(1)
-            text = f"{self.parent.name} {first}–{last}: {len(self.nodes) // self.period} × [{' + '.join(map(str, counts))}]"
+            repeats = len(self.nodes) // self.period
+            text = f"{self.parent.name} {span}: {repeats} × [{' + '.join(map(str, counts))}]"
+            tight = f"{span}: {repeats}×[{'+'.join(map(str, counts))}]"
+            forms = [text, f"{self.parent.name} {tight}", tight]
         else:
-            text = f"{self.parent.name} {first}–{last} ×{len(self.nodes)} (identical)"
+            text = f"{self.parent.name} {span} ×{len(self.nodes)} (identical)"
+            forms = [text, f"{self.parent.name} {span} ×{len(self.nodes)}", f"{span} ×{len(self.nodes)}"]
+        marks = f" · {self.marks}" if self.marks else ""
+        out = [f + marks for f in forms]
         if self.note:
             # "3 differs in self_attn", "3 is MllamaCrossAttentionDecoderLayer"; the rest in the tooltip
-            text += f" · {self.note.split(':', 1)[0].split(' (', 1)[0]}"
-        return text + (f" · {self.marks}" if self.marks else "")
+            out.insert(0, f"{text} · {self.note.split(':', 1)[0].split(' (', 1)[0]}{marks}")
+        return out
 
     @property
     def paths(self) -> list[str]:
         return [n.path for n in self.nodes]
+
+
+def _badge_forms(name: str, badge: str) -> list[str]:
+    """An adapter mark in less room, the name always whole: 'qkv_proj: fused LoRA rank 8 (partial: …)'
+    -> 'qkv_proj: fused LoRA rank 8 (partial)' -> 'LoRA r=8' -> 'LoRA' (all of it in the tooltip)."""
+    head = badge.split(" (", 1)[0]
+    forms = [f"{head} (partial)" if "partial" in badge else head]
+    rank = re.search(r"(?:rank |r=)(\d+)", badge)
+    forms += [f"LoRA r={rank.group(1)}"] if rank else []
+    forms.append("LoRA")
+    return [f"{name}  [{f}]" for f in dict.fromkeys(forms) if f != badge]
 
 
 def _note(first: ModuleNode, other: ModuleNode, how: str) -> str:
@@ -565,6 +594,9 @@ class ModuleTreeModel(QAbstractItemModel):
                 texts = self._texts[id(node)] = tuple(_display(node, c) for c in range(_NCOLS))
             badge = self.adapter_badges.get(path) if col == NAME else None
             return f"{texts[col]}  [{printable(badge)}]" if badge else texts[col]
+        if role == ShortRole:
+            badge = self.adapter_badges.get(path) if col == NAME else None
+            return _badge_forms(_display(node, NAME), printable(badge)) if badge else None
         if role == _BACKGROUND:
             return ov.check_tint([path], below=path) if col == CHECK else ov.background(path)
         if role == _DECORATION:
@@ -610,6 +642,8 @@ class ModuleTreeModel(QAbstractItemModel):
             return ""
         if role == PathRole:
             return group.path
+        if role == ShortRole:
+            return [printable(t) for t in group.labels[1:]] if col == NAME else None
         if role == FoldRole:
             return len(group.nodes)
         if role == StatusRole:
@@ -649,7 +683,8 @@ class ModuleTreeModel(QAbstractItemModel):
             note = f"<br>{e(group.note)}" if group.note else ""
             marks = self.overlay.marks(paths)
             warn = f"<br>{e(marks)} rejected candidate(s) within" if marks else ""
-            return f"{what}: {e(paths[0])} … {e(paths[-1])}<br>{same}expand to see each{fused}{note}{warn}"
+            label = f"{e(group.label)}<br>"  # the whole label: a narrow column shows a shorter form
+            return f"{label}{what}: {e(paths[0])} … {e(paths[-1])}<br>{same}expand to see each{fused}{note}{warn}"
         return None
 
 

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from .. import style
 from ..format import human_count, shape_text
-from ..models.elide import KeyElideDelegate
+from ..models.elide import KeyElideDelegate, core_width
 from ..models.table_model import Column, RowRole, RowsTableModel, TextFilterProxy, natural_widths, share_width
 
 if TYPE_CHECKING:
@@ -224,8 +224,14 @@ class DiffPanel(QWidget):
             for col, width in enumerate(widths):
                 view.setColumnWidth(col, width)
             long = LONG_COLUMNS[which]
-            room = view.viewport().width() - sum(w for c, w in enumerate(widths) if c not in long) - 4
-            share_width(view.horizontalHeader(), long, room, minimum=200)
+            # the view's own width (its viewport's is stale while the tab is hidden), less a scroll bar
+            bar = view.style().pixelMetric(view.style().PixelMetric.PM_ScrollBarExtent)
+            width = view.width() - 2 * view.frameWidth() - bar
+            room = width - sum(w for c, w in enumerate(widths) if c not in long) - 4
+            # never narrower than a path's core (first segments, layer index, last two names):
+            # the other columns scroll sideways instead ('model.language….…0.self_attn' before)
+            core = core_width(metrics, (str(r.get("module", "")) for r in model.rows))
+            share_width(view.horizontalHeader(), long, room, minimum=max(120, core))
 
     def _set_summary(self, text: str, error: bool = False) -> None:
         self.summary.setText(text)

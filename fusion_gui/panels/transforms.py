@@ -32,7 +32,7 @@ from fusion_core.boundary.convert import to_plain
 
 from .. import style
 from ..format import in_scope, natural_key, plain_tip, printable, shape_text
-from ..models.elide import KeyElideDelegate
+from ..models.elide import KeyElideDelegate, core_width
 
 if TYPE_CHECKING:
     from fusion_core.plan.view import PlanView
@@ -161,6 +161,8 @@ class TransformsPanel(QWidget):
         super().showEvent(event)
         if self._dirty:
             self._rebuild()
+        elif self.model.rowCount():
+            self._fit()  # the window may have been resized while the tab was hidden
 
     # plan -> rows ----------------------------------------------------------------------
     @property
@@ -264,16 +266,27 @@ class TransformsPanel(QWidget):
         self.scope_label.setText(text)
 
     def _fit(self) -> None:
-        """Short columns fit their text; the two key columns share what is left."""
+        """Short columns fit their text; the two key columns share what is left, in proportion to
+        their text, never narrower than their keys' cores (layer index and last two names): the
+        columns scroll sideways instead, as 'mode….l….weig…' told no key from another."""
         header = self.table.header()
         fm = self.table.fontMetrics()
         for col in (1, 2, 3, 5):
             texts = [HEADERS[col]] + [_cell(row, col) for row in self._shown[:2000]]
             header.resizeSection(col, max(fm.horizontalAdvance(t) for t in texts) + 18)
         others = sum(header.sectionSize(c) for c in (1, 2, 3, 5))
-        room = max(self.table.viewport().width() - others - 2, 2 * 160)
-        header.resizeSection(0, int(room * 0.55))
-        header.resizeSection(4, room - int(room * 0.55))
+        # the table's own width (its viewport's is stale while the tab is hidden), less a scroll bar
+        bar = self.table.style().pixelMetric(self.table.style().PixelMetric.PM_ScrollBarExtent)
+        room = self.table.width() - 2 * self.table.frameWidth() - bar - others - 2
+        # the key rows sit one level below their module, itself one in (its branch arrow)
+        indent = {0: 2 * self.table.indentation(), 4: 0}
+        keys = {col: [_cell(row, col) for row in self._shown[:2000]] for col in KEY_COLUMNS}
+        natural = {c: max((fm.horizontalAdvance(t) for t in keys[c]), default=0) + 18 + indent[c] for c in keys}
+        core = {c: max(core_width(fm, keys[c]) + indent[c], 120) for c in keys}
+        total = sum(natural.values())
+        for col in KEY_COLUMNS:
+            share = natural[col] + (room - total) * natural[col] // total if total else room // 2
+            header.resizeSection(col, max(core[col], share))
 
     def resizeEvent(self, event) -> None:  # Qt override: the key columns share the new width
         super().resizeEvent(event)
@@ -305,6 +318,8 @@ class TransformsPanel(QWidget):
 
 
 def _cell(row: dict[str, Any], col: int) -> str:
+    if col in KEY_COLUMNS:  # as the key cells show them
+        return printable(str(row["source_key" if col == 0 else "target_key"]))
     return {1: _shape(row, "source_shape"), 2: str(row.get("dtype", "")), 3: str(row.get("op", "")),
             5: _shape(row, "target_shape")}[col]  # fmt: skip
 

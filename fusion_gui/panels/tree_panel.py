@@ -109,6 +109,8 @@ class TreePanel(QWidget):
         self.view = ModuleTreeView(self._expandable_below)
         self.view.setModel(self.model)
         self.view.setUniformRowHeights(True)
+        # 16 px a level (not 20): a module seven levels down keeps its name and its marks at 1280x800
+        self.view.setIndentation(16)
         self.view.setAlternatingRowColors(True)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -571,16 +573,21 @@ class TreePanel(QWidget):
             CLASS,
             min(
                 max(header.sectionSize(CLASS) + 8, 140),
-                int(width * (0.22 if self.view.isColumnHidden(CHECK) else 0.17)),
+                int(width * (0.19 if self.view.isColumnHidden(CHECK) else 0.15)),
             ),
         )
         header.resizeSection(INSTANCES, self.view.fontMetrics().horizontalAdvance("Instances") + 16)
         if not self.view.isColumnHidden(CHECK):
             self.view.resizeColumnToContents(CHECK)
             header.resizeSection(CHECK, min(max(header.sectionSize(CHECK), 110), 190))
-        others = sum(
-            header.sectionSize(c) for c in range(header.count()) if c != NAME and not self.view.isColumnHidden(c)
-        )
+        shown = [c for c in range(header.count()) if c != NAME and not self.view.isColumnHidden(c)]
+        # too wide for the pane (the Check column on): Check, then Class, give way down to their
+        # floors before the last columns go past the right edge
+        for col, floor in ((CHECK, 110), (CLASS, 100)):
+            excess = sum(header.sectionSize(c) for c in shown) + 240 + 2 - width
+            if excess > 0 and col in shown:
+                header.resizeSection(col, max(floor, header.sectionSize(col) - excess))
+        others = sum(header.sectionSize(c) for c in shown)
         header.resizeSection(NAME, max(width - others - 2, 240))
 
     def resizeEvent(self, event) -> None:  # Qt override: keep the columns within the width

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from .. import style
-from ..models.tree_model import ColourRole, CountRole, StatusRole
+from ..models.tree_model import ColourRole, CountRole, ShortRole, StatusRole
 
 
 class ModuleTreeView(QTreeView):
@@ -54,7 +54,25 @@ class ModuleTreeView(QTreeView):
 
 
 class BadgeDelegate(QStyledItemDelegate):
-    """Draws a small pill with the number of fusable modules below a collapsed ancestor."""
+    """Draws a small pill with the number of fusable modules below a collapsed ancestor; a name
+    too long for the column (a fold's label, an adapter mark) shows its first shorter form that fits."""
+
+    _badged = False  # painting the name beside its badge: the rect given already leaves the badge out
+
+    def initStyleOption(self, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        super().initStyleOption(option, index)
+        forms = index.data(ShortRole)
+        if not forms or option.rect.width() <= 0:
+            return
+        fm = option.fontMetrics
+        room = option.rect.width() - 10
+        if option.features & QStyleOptionViewItem.ViewItemFeature.HasDecoration:
+            room -= option.decorationSize.width() + 6
+        count = index.data(CountRole) or 0
+        if count and not self._badged and index.data(StatusRole) != "matched":
+            room -= fm.horizontalAdvance(str(count)) + 12 + 8
+        if fm.horizontalAdvance(option.text) > room:
+            option.text = next((f for f in forms if fm.horizontalAdvance(f) <= room), forms[-1])
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         count = index.data(CountRole) or 0
@@ -81,7 +99,11 @@ class BadgeDelegate(QStyledItemDelegate):
             x = option.rect.right() - badge_w - 4
         else:
             x = text_rect.left() + name_w + 6
-        super().paint(painter, narrowed, index)
+        self._badged = name_w > room
+        try:
+            super().paint(painter, narrowed, index)
+        finally:
+            self._badged = False
         rect = option.rect
         pill = QRectF(x, rect.top() + 3, badge_w, rect.height() - 6)
         colour = index.data(ColourRole) or style.family_colour(0)
