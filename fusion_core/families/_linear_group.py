@@ -67,7 +67,9 @@ def _autocast(device_type: str) -> bool:
 class LinearGroup:
     """The shared state of one fused module: member sizes, the per-forward cache, the mode."""
 
-    def __init__(self, owner: nn.Module, members: tuple[str, ...], fused_name: str, sizes: list[int]) -> None:
+    def __init__(
+        self, owner: nn.Module, members: tuple[str, ...], fused_name: str, sizes: list[int], views: bool = False
+    ) -> None:
         self.owner = owner  # strong reference: deepcopy and pickling keep owner and aliases together
         self.members = members
         self.fused_name = fused_name
@@ -77,6 +79,9 @@ class LinearGroup:
             self.offsets.append(self.offsets[-1] + s)
         self.depth = 0  # > 0 while the owner's forward runs
         self.split = False  # True once the owner was seen calling members with different inputs
+        #: the chunks are views of the one product (its columns), not contiguous copies: for
+        #: owners that only compute element-wise with them (a gated MLP), see LinearGroupFusion.views
+        self.views = views
         self._drop()
 
     # -- scope -------------------------------------------------------------------------
@@ -132,8 +137,11 @@ class LinearGroup:
             return self.single(index, x)
         # the one GEMM, then its columns split into contiguous chunks like the original outputs
         # (callers may .view() them any way they like) in one op: a split and a .contiguous()
-        # per chunk were 4 dispatches and made a 64-wide attention 16% slower than three GEMMs
-        chunks = torch.split_with_sizes_copy(fused(x), self.sizes, dim=-1)
+        # per chunk were 4 dispatches and made a 64-wide attention 16% slower than three GEMMs.
+        # Where the family allows views (a gated MLP), no copy at all: the copy of a 512-token
+        # bf16 product cost 10% of the MLP, as much as the one GEMM saved
+        out = fused(x)
+        chunks = out.split(self.sizes, dim=-1) if self.views else torch.split_with_sizes_copy(out, self.sizes, dim=-1)
         self.input, self.key = x, key
         self.pending = {j: c for j, c in enumerate(chunks) if j != index}
         return chunks[index]
@@ -229,6 +237,7 @@ class FusedLinearGroupMixin(nn.Module):
 
     _fusion_members: ClassVar[tuple[str, ...]] = ()
     _fusion_target: ClassVar[str] = ""
+    _fusion_views: ClassVar[bool] = False
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
@@ -244,7 +253,8 @@ class FusedLinearGroupMixin(nn.Module):
         children = [(target if n == first else n, fused if n == first else m) for n, m in module._modules.items()]
         module._modules.clear()
         module._modules.update((n, m) for n, m in children if n not in names)
-        group = LinearGroup(module, names, target, [lin.out_features for lin in linears])  # type: ignore[misc]
+        sizes = [lin.out_features for lin in linears]  # type: ignore[misc]
+        group = LinearGroup(module, names, target, sizes, cls._fusion_views)
         object.__setattr__(module, "_fusion_group", group)
         for i, n in enumerate(names):
             object.__setattr__(module, n, LinearAlias(group, i))
@@ -280,6 +290,10 @@ class LinearGroupFusion(FusionSpec):
     #: the same group under other names: (child or parameter names, why it is not fused);
     #: the first entry whose names are all present gives :meth:`near_miss`'s reason
     near_miss_names: ClassVar[tuple[tuple[tuple[str, ...], str], ...]] = ()
+    #: members' outputs are views of the fused product's columns (no copy) instead of contiguous
+    #: tensors: only where the owners use them element-wise (a gated MLP's ``act(gate) * up``);
+    #: an attention reshapes its projections, so ``qkv`` keeps contiguous copies
+    views: ClassVar[bool] = False
 
     def is_candidate(self, path: str, module: nn.Module) -> bool:
         children = module._modules
@@ -339,7 +353,7 @@ class LinearGroupFusion(FusionSpec):
         mixin = type(
             f"_Fused{self.fused_name.title().replace('_', '')}Mixin",
             (FusedLinearGroupMixin,),
-            {"_fusion_members": tuple(self.members), "_fusion_target": self.fused_name},
+            {"_fusion_members": tuple(self.members), "_fusion_target": self.fused_name, "_fusion_views": self.views},
         )
         return fused_subclass(original_cls, mixin, self.name, {"forward": _scoped_forward(original_cls.forward)})
 

@@ -26,6 +26,9 @@ class GateUpFusion(LinearGroupFusion):
     )
     members = ("gate_proj", "up_proj")
     fused_name = "gate_up_proj"
+    # act(gate) * up only reads its inputs element-wise: the two halves stay views of the one
+    # product (a copy of a 512-token bfloat16 product cost as much as the fusion saved)
+    views = True
     near_miss_names = (
         (("w1", "w3"), "gated MLP named w1, w3 (Mixtral style); this family fuses gate_proj, up_proj"),
         (("wi_0", "wi_1"), "gated MLP named wi_0, wi_1 (T5 v1.1 style); this family fuses gate_proj, up_proj"),

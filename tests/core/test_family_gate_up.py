@@ -110,3 +110,34 @@ def test_fused_module_runs_on_the_meta_device():
     get_family(FAMILY).fuse_module(mlp)
     assert mlp.gate_up_proj.weight.is_meta
     assert mlp(torch.empty(2, 8, device="meta")).shape == (2, 8)
+
+
+def test_the_halves_are_views_of_the_one_product_and_qkv_copies(root):
+    """gate_up hands the MLP views of the fused product's columns (no copy: a copy of a
+    512-token bf16 product cost as much as the fusion saved); an attention reshapes its
+    projections, so qkv keeps contiguous copies. Both equal the original members."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2)
+    x = torch.randn(2, 5, 64)
+    for module, family, members in (
+        (LlamaMLP(config), "gate_up", ("gate_proj", "up_proj")),
+        (LlamaAttention(config, layer_idx=0), "qkv", ("q_proj", "k_proj", "v_proj")),
+    ):
+        expected = [getattr(module, n)(x) for n in members]
+        get_family(family).fuse_module(module)
+        group = module._fusion_group
+        group.enter()  # inside the owner's forward: the first member computes the one product
+        try:
+            got = [getattr(module, n)(x) for n in members]
+        finally:
+            group.exit()
+        for e, g in zip(expected, got):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
+        storages = {g.untyped_storage().data_ptr() for g in got}
+        if family == "gate_up":
+            assert len(storages) == 1 and not any(g.is_contiguous() for g in got)
+        else:
+            assert len(storages) == len(got) and all(g.is_contiguous() for g in got)

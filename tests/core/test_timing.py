@@ -64,6 +64,24 @@ def test_a_module_that_does_its_work_twice_reads_slower(linear) -> None:
     assert "slower (noise [" in t.verdict_text() and "±" not in t.verdict_text()
 
 
+def test_the_floor_can_be_taken_against_a_copy(linear) -> None:
+    """``again``: the A/A floor's A' is another callable (a copy of the original, where the
+    fused side has memory of its own); a copy that does twice the work widens the floor, and
+    a difference within it is no verdict of "slower"."""
+    module, x = linear
+    slowed = TwiceLinear(module)
+    calls = []
+
+    def again() -> torch.Tensor:
+        calls.append(1)
+        return slowed(x)
+
+    with torch.inference_mode():
+        t = measure(lambda: module(x), lambda: slowed(x), QUICK, again=again)
+    assert len(calls) >= t.repeats >= 10
+    assert t.noise_low < 0.8 and t.verdict != "slower", t
+
+
 def test_verdict_rules() -> None:
     """faster / slower only outside 1.0 and the floor, from 5 rounds on; undetermined below, with the reason."""
     assert Timing(1.0, 1.0, 5, 1.10, 1.05, 1.20, noise_low=0.97, noise_high=1.03).verdict == "faster"
