@@ -54,6 +54,11 @@ class ConfigError(ModelSourceError):
     """A ``config.json`` that is unreadable, not JSON, or names an unknown architecture."""
 
 
+class PlanMismatchError(ModelSourceError):
+    """A plan file whose source changed since it was made (a weight file, the config), or whose
+    families no longer match the modules it lists: it is not run."""
+
+
 class CheckpointError(FusionError):
     """A weight file that is missing, corrupt, truncated or hostile."""
 

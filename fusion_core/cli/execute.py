@@ -21,6 +21,12 @@ MAX_MEMORY_HELP = (
 )
 
 
+PLAN_HELP = (
+    "a plan written by `fusion-core plan MODEL --fusion ... --json`: runs exactly its modules, "
+    "refused if the model or a weight file changed since (MODEL, if given, is where the model is now)"
+)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("load", help="load a model with fusion applied and print the load report")
     p.add_argument("model", help="folder, config.json, demo:<name> or org/name (with weights)")
@@ -29,8 +35,9 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_load)
 
     p = sub.add_parser("check", help="check fused vs original: error and speed, per module and end to end")
-    p.add_argument("model", help="folder, config.json, demo:<name> or org/name (with weights)")
+    p.add_argument("model", nargs="?", help="folder, config.json, demo:<name> or org/name (with weights)")
     _common(p)
+    p.add_argument("--plan", metavar="PLAN.json", help=PLAN_HELP)
     p.add_argument(
         "--repeats", type=int, default=5, metavar="N",
         help="timed rounds always run per timing; more follow until the 95%% interval is tight (default 5)",
@@ -171,10 +178,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     if args.report and not args.report.lower().endswith((".html", ".htm", ".md")):
         raise UsageError(f"check: --report {printable(args.report)}: give a file ending in .html or .md")
-    source = resolve(args.model, trust_remote_code=args.trust_remote_code)
-    if not args.fusion and getattr(source.config, "fusion_config", None) is None:
-        raise UsageError("check: give at least one --fusion NAME (see `fusion-core families`); the config has none")
-    gen = iter_check(as_plan(source, _fusion_config(args)), options)
+    if args.plan:
+        plan = planned(args, "check")
+    else:
+        if not args.model:
+            raise UsageError("check: give a MODEL, or --plan PLAN.json")
+        source = resolve(args.model, trust_remote_code=args.trust_remote_code)
+        if not args.fusion and getattr(source.config, "fusion_config", None) is None:
+            raise UsageError("check: give at least one --fusion NAME (see `fusion-core families`); the config has none")
+        plan = as_plan(source, _fusion_config(args))
+    gen = iter_check(plan, options)
     result = run_with_progress(gen, desc="check", quiet=args.json)
     if args.report:
         from ..report import write_report
@@ -188,6 +201,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     if result.nothing_to_fuse:
         return EXIT_NOTHING_CHECKED
     return 0 if result.passed else 1
+
+
+def planned(args: argparse.Namespace, command: str) -> Any:
+    """The plan of ``--plan FILE``, its source checked (``--fusion`` would contradict it)."""
+    from ..errors import UsageError
+    from ..plan.plan_file import plan_from_file
+
+    if args.fusion:
+        raise UsageError(f"{command}: --plan already says which families run; drop --fusion")
+    return plan_from_file(args.plan, args.model, trust_remote_code=args.trust_remote_code)
 
 
 def _check_table(rows: list[tuple]) -> list[str]:

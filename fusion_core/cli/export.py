@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from ..text import printable
+from .execute import PLAN_HELP, planned
 from .output import print_json, run_with_progress, say, table, wide
 
 
@@ -21,8 +22,12 @@ def register(sub: Any) -> None:
             "temporary sibling folder and renamed into place once verified; the source is never modified."
         ),
     )
-    p.add_argument("model", help="a model folder (or demo:<name>, or a cached hub id) with safetensors weights")
-    p.add_argument("out", help="the folder to create")
+    p.add_argument(
+        "model", help="a model folder (or demo:<name>, or a cached hub id) with safetensors weights; "
+        "with --plan, OUT alone (or MODEL OUT: where the planned model is now)",
+    )  # fmt: skip
+    p.add_argument("out", nargs="?", help="the folder to create")
+    p.add_argument("--plan", metavar="PLAN.json", help=PLAN_HELP)
     p.add_argument(
         "--fusion",
         action="append",
@@ -84,9 +89,16 @@ def cmd_export(args: argparse.Namespace) -> int:
         on_wrong_load=args.on_wrong_load,
         max_memory=args.max_memory,
     )
-    plan = as_plan(args.model, fusion_config_of(args.fusion) or None, trust_remote_code=args.trust_remote_code)
+    if args.plan:
+        if args.out is None:  # export --plan PLAN.json OUT
+            args.model, args.out = None, args.model
+        plan = planned(args, "export")
+    elif args.out is None:
+        raise UsageError("export: give MODEL and OUT (or --plan PLAN.json OUT)")
+    else:
+        plan = as_plan(args.model, fusion_config_of(args.fusion) or None, trust_remote_code=args.trust_remote_code)
     own = getattr(plan.source.config, "fusion_config", None)
-    if not args.fusion and not own and not args.copy_as_is:
+    if not args.plan and not args.fusion and not own and not args.copy_as_is:
         raise UsageError(
             "export: give at least one --fusion NAME (see `fusion-core families`), or --copy-as-is "
             "(the checkpoint's config.json has no fusion_config to reuse)"

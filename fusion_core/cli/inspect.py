@@ -239,7 +239,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         adapter = plan_adapter(plan, args.adapter).plan
     if args.json:
         if adapter is None:
-            print_json(plan)
+            from ..plan.plan_file import plan_document
+
+            print_json(plan_document(plan))  # with its source's identity: `check --plan` runs exactly it
         else:
             from ..boundary.convert import to_plain
 

@@ -272,7 +272,7 @@ def _upstream(r: Any) -> tuple[list[str], list[tuple[str, list[str], list[tuple[
     the findings as tables: families, keys, classes."""
     u = r.upstream
     if u is None:
-        return ["upstream parity: not run: not asked (check --no-upstream, or unticked in the window)"], []
+        return ["upstream parity: not run: not asked (turned off for this check)"], []
     if not u.available:
         return [f"upstream parity: not run: {u.summary}"], []
     lines = [u.summary]

@@ -123,9 +123,12 @@ def test_workload_in_json_and_cli(qwen2_vl_dir: Path, capsys) -> None:
     )  # fmt: skip
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["passed"]
-    workload = {k: v for k, v in data["workload"].items() if k not in ("torch_version", "load_before", "load_after")}
+    machine = ("torch_version", "load_before", "load_after", "cpu")
+    workload = {k: v for k, v in data["workload"].items() if k not in machine}
     assert workload == {"batch": 2, "seq_len": 12, "image_size": 56, "frames": None, "seed": 0, "threads": 1,
-                        "device": "cpu", "dtype": "float32"}  # fmt: skip
+                        "device": "cpu", "dtype": "float32", "time_budget": 0.05, "max_memory": None,
+                        "generate": 0}  # fmt: skip
+    assert data["workload"]["cpu"]  # the CPU and its class: speedups differ by CPU class
     assert data["workload"]["torch_version"] == torch.__version__
     (module,) = data["modules"]
     assert module["input_shapes"] == [[2 * 4 * 4, 1176]] and module["verified_by"] == "end-to-end inputs"

@@ -47,7 +47,8 @@ def test_check_overlay_per_module_and_summarised_on_ancestors(qtbot, window, ope
         dtype="float32", device="cpu", repeats=9, seed=0, tolerance=Tolerance(1e-5, 1e-5),
         modules=[_check(f"{LM}.layers.0.self_attn", 1.5, 1e-7, 0.1), _check(f"{LM}.layers.1.self_attn", 0.8, 1e-3, 0.05)],
     )  # fmt: skip
-    window.state._on_checks_done(result)  # what a finished checks job does
+    state = window.state
+    state._on_checks_done(result, (state.session, state.spec, state.fusion_config))  # what a finished check does
     assert not tree.view.isColumnHidden(CHECK)
     model = tree.model
     first = model.index_for_path(f"{LM}.layers.0.self_attn", CHECK)

@@ -1,0 +1,195 @@
+"""A reviewed plan, run as reviewed: ``plan --json`` writes it, ``check --plan`` and ``export --plan`` run it.
+
+``fusion-core plan MODEL --fusion qkv --json > plan.json`` records, besides what the plan
+shows, the identity of what it was made from (:class:`SourceIdentity`: the model spec, its
+class, a digest of its config, and each weight file's size and SHA-256) and the modules it
+fuses (``matched``: path -> family). ``check --plan plan.json`` and
+``export --plan plan.json OUT`` then open that source again and refuse to run unless it is
+the same (the first file that differs is named: one byte changed in a shard is enough) and
+the families match exactly the modules the file lists. A plan reviewed in a pull request is
+the plan CI runs.
+
+The weight files are hashed in full: about 10 s for 16 GB here. A plan file is data, read
+with bounded size; nothing in it is executed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..boundary.convert import from_plain, to_plain
+from ..errors import PlanMismatchError, UsageError
+from ..text import printable
+
+if TYPE_CHECKING:
+    from ..model.sources import ModelSource
+    from .fusion_plan import FusionPlan
+
+#: a plan file larger than this is not a plan file (a 200k-module plan is ~60 MB)
+MAX_PLAN_BYTES = 256 * 1024 * 1024
+_CHUNK = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WeightFile:
+    """One weight file of the planned source: its name in the folder, size and SHA-256."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """What a plan was made from: checked again before the plan runs."""
+
+    spec: str  # what the user named (a folder, demo:<name>, arch:<type>, a hub id)
+    model_class: str
+    config_sha256: str  # the config as transformers writes it (use_diff=False), and the class
+    files: tuple[WeightFile, ...] = ()
+
+
+def identity_of(source: ModelSource) -> SourceIdentity:
+    """The identity of ``source`` now (every weight file read once, to hash it)."""
+    files: list[WeightFile] = []
+    if source.checkpoint is not None and source.folder is not None:
+        for name in sorted(source.checkpoint.files):
+            path = Path(source.folder) / name
+            files.append(WeightFile(name, path.stat().st_size, _sha256(path)))
+    return SourceIdentity(source.spec, _qualname(source), _config_digest(source), tuple(files))
+
+
+def plan_document(plan: FusionPlan) -> dict[str, Any]:
+    """``plan --json``: the plan's plain form, its source's identity and the modules it fuses."""
+    return {
+        **to_plain(plan),
+        "matched": dict(plan.matched_paths),
+        "identity": to_plain(identity_of(plan.source)),
+    }
+
+
+def plan_from_file(
+    path: str | os.PathLike[str], model: str | None = None, *, trust_remote_code: bool = False
+) -> FusionPlan:
+    """The plan a ``plan --json`` file describes, after checking its source is the same.
+
+    Args:
+        path: the file ``plan --json`` wrote.
+        model: where the model is now, when not where the plan was made (a checkout in CI);
+            its identity is checked all the same.
+        trust_remote_code: as for :func:`fusion_core.model.sources.resolve`.
+
+    Raises:
+        UsageError: not a plan file.
+        PlanMismatchError: the model, its config or a weight file changed since the plan,
+            or the families no longer match the modules the plan lists.
+    """
+    from ..model.sources import resolve
+    from .fusion_plan import as_plan
+
+    data = _read(Path(path))
+    identity = from_plain(SourceIdentity, data["identity"])
+    source = resolve(model or identity.spec, trust_remote_code=trust_remote_code)
+    _same_source(identity, source, Path(path).name)
+    fusion_config = data["fusion_config"]
+    plan = as_plan(source, fusion_config, own_fusion_config=False)
+    planned, now = dict(data["matched"]), dict(plan.matched_paths)
+    if planned != now:
+        gone = sorted(set(planned) - set(now))
+        new = sorted(set(now) - set(planned))
+        moved = sorted(p for p in set(planned) & set(now) if planned[p] != now[p])
+        parts = [f"{label}: {', '.join(printable(p) for p in paths[:5])}" + (" ..." if len(paths) > 5 else "")
+                 for label, paths in (("no longer matched", gone), ("newly matched", new), ("other family", moved))
+                 if paths]  # fmt: skip
+        raise PlanMismatchError(
+            f"{Path(path).name}: the families no longer match the planned modules ({'; '.join(parts)})"
+        )
+    return plan
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        size = path.stat().st_size
+        if size > MAX_PLAN_BYTES:
+            raise UsageError(f"{printable(str(path))}: {size:,} bytes is not a plan file (at most {MAX_PLAN_BYTES:,})")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UsageError(f"cannot read the plan {printable(str(path))}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"{printable(str(path))} is not a plan file (not JSON: {str(e)[:120]})") from None
+    missing = [
+        k
+        for k in ("schema_version", "fusion_config", "matched", "identity")
+        if not isinstance(data, dict) or k not in data
+    ]
+    if missing:
+        raise UsageError(
+            f"{printable(str(path))} is not a plan file written by `fusion-core plan` in JSON (no {', '.join(missing)})"
+        )
+    if data["schema_version"] != 1:
+        raise UsageError(
+            f"{printable(str(path))}: plan schema {data['schema_version']!r:.20} is not one this version reads (1)"
+        )
+    if not isinstance(data["matched"], dict) or not isinstance(data["fusion_config"], dict):
+        raise UsageError(f"{printable(str(path))} is not a plan file (matched and fusion_config must be objects)")
+    return data
+
+
+def _same_source(expected: SourceIdentity, source: ModelSource, plan_name: str) -> None:
+    """Refuse ``source`` unless it is what ``expected`` recorded, naming the first difference."""
+    now_class = _qualname(source)
+    if now_class != expected.model_class:
+        raise PlanMismatchError(f"{plan_name}: planned for {expected.model_class}, the model is now {now_class}")
+    if _config_digest(source) != expected.config_sha256:
+        raise PlanMismatchError(f"{plan_name}: the model's config changed since the plan")
+    names = sorted(source.checkpoint.files) if source.checkpoint is not None else []
+    planned = {f.name: f for f in expected.files}
+    for extra in (n for n in names if n not in planned):
+        raise PlanMismatchError(f"{plan_name}: {printable(extra)} was added to the model since the plan")
+    for name, f in planned.items():
+        if name not in names or source.folder is None:
+            raise PlanMismatchError(f"{plan_name}: {printable(name)} is gone from the model since the plan")
+        file = Path(source.folder) / name
+        size = file.stat().st_size
+        if size != f.size:
+            raise PlanMismatchError(
+                f"{plan_name}: {printable(name)} changed since the plan ({f.size:,} bytes then, {size:,} now)"
+            )
+        if _sha256(file) != f.sha256:
+            raise PlanMismatchError(f"{plan_name}: {printable(name)} changed since the plan (its SHA-256 differs)")
+
+
+def _qualname(source: ModelSource) -> str:
+    cls = source.model_class
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+#: config keys that name where and by which transformers it was read, not what the model is
+_VOLATILE = frozenset({"_name_or_path", "transformers_version", "_commit_hash"})
+
+
+def _config_digest(source: ModelSource) -> str:
+    """The config's values (sub-configs included), not where or by which version it was read."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in _VOLATILE}
+        if isinstance(value, (list, tuple)):
+            return [strip(v) for v in value]
+        return value
+
+    text = json.dumps(strip(source.config.to_dict()), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
