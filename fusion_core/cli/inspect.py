@@ -240,8 +240,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         if adapter is None:
             from ..plan.plan_file import plan_document
+            from .output import ByteBar
 
-            print_json(plan_document(plan))  # with its source's identity: `check --plan` runs exactly it
+            bar = ByteBar("hashing the weights (the plan's identity)")
+            try:
+                document = plan_document(plan, bar)  # with its source's identity: `check --plan` runs exactly it
+            finally:
+                bar.close()
+            print_json(document)
         else:
             from ..boundary.convert import to_plain
 

@@ -87,6 +87,29 @@ def strict_json(value: Any) -> Any:
     return out
 
 
+class ByteBar:
+    """A tqdm bar of bytes on a terminal (hashing a checkpoint's weights), nothing otherwise;
+    called with each chunk's size."""
+
+    def __init__(self, desc: str) -> None:
+        self.desc = desc
+        self.bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if not sys.stderr.isatty() or total < 256 * 2**20:
+                return
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=self.desc, unit="B", unit_scale=True, leave=False, file=sys.stderr)
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def run_with_progress(gen: ProgressGenerator[T], desc: str = "", quiet: bool = False) -> T:
     """Drive a progress generator with a tqdm bar on a terminal, silently otherwise."""
     if quiet or not sys.stderr.isatty():
