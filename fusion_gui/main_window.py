@@ -188,6 +188,14 @@ class MainWindow(QMainWindow):
             "Save &image/report…", self.show_save_dialog, "Ctrl+Shift+S",
             "Save the module tree (SVG, PNG, text) or the check/comparison report (HTML, Markdown)",
         )  # fmt: skip
+        self.save_plan_action = self._action(
+            "Save &plan…", self.save_plan_dialog, None,
+            "Save the plan on show (families, the modules they fuse, the model's identity) for `check --plan`",
+        )  # fmt: skip
+        self.open_plan_action = self._action(
+            "Open p&lan…", self.open_plan_dialog, None,
+            "Open a saved plan: its model, checked unchanged, with exactly its families",
+        )  # fmt: skip
         self.recent_menu = QMenu("Open &Recent", self)
 
         bar = self.menuBar()
@@ -196,6 +204,8 @@ class MainWindow(QMainWindow):
         file_menu.addMenu(self.recent_menu)
         file_menu.addAction(self.open_adapter_action)
         file_menu.addAction(self.compare_action)
+        file_menu.addAction(self.open_plan_action)
+        file_menu.addAction(self.save_plan_action)
         file_menu.addSeparator()
         file_menu.addAction(self.export_action)
         file_menu.addAction(self.adapter_action)
@@ -496,6 +506,24 @@ class MainWindow(QMainWindow):
         self.adapter_action.setEnabled(self.state.adapter_plan is not None and not busy)
         self.compare_action.setEnabled(not busy and self.state.inspection is not None)
         self.save_view_action.setEnabled(self.state.shown is not None)
+        self.open_plan_action.setEnabled(not busy)
+        self.save_plan_action.setEnabled(not busy and self.state.plan is not None and not self.state.plan_pending)
+
+    def save_plan_dialog(self) -> None:
+        """File → Save plan…: the plan on show, as ``fusion-core plan --json`` writes it."""
+        from PySide6.QtWidgets import QFileDialog
+
+        path, _ = QFileDialog.getSaveFileName(self, "Save plan", "plan.json", "Plan (*.json)")
+        if path:
+            self.state.save_plan(Path(path))
+
+    def open_plan_dialog(self) -> None:
+        """File → Open plan…: a saved plan's model (checked unchanged) with exactly its families."""
+        from PySide6.QtWidgets import QFileDialog
+
+        path, _ = QFileDialog.getOpenFileName(self, "Open plan", "", "Plan (*.json)")
+        if path:
+            self.state.open_plan(Path(path))
 
     def _on_check_requested(self, path: str) -> None:
         self.show_tab("checks")

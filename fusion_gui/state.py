@@ -33,6 +33,8 @@ from fusion_core.host.ops import (
     LISTS,
     OPEN,
     PLAN,
+    READ_PLAN,
+    SAVE_PLAN,
     UNREGISTER,
     AdapterParams,
     AdapterPlanParams,
@@ -45,7 +47,10 @@ from fusion_core.host.ops import (
     NoParams,
     Op,
     OpenParams,
+    PlanFileInfo,
     PlanParams,
+    ReadPlanParams,
+    SavePlanParams,
     UnregisterParams,
 )
 
@@ -540,6 +545,57 @@ class AppState(QObject):
             return
         self.check_result = result
         self.checks_finished.emit(result)
+
+    # plan files ------------------------------------------------------------------------
+    def save_plan(self, path: Path) -> Job[str] | None:
+        """Write the plan on show to ``path``, as ``fusion-core plan --json`` does (its model's
+        identity included: the weights are hashed), for ``check --plan`` or Open plan… later."""
+        if self.plan is None or self.plan_pending or self.jobs.busy:
+            return None
+        job = self._start(
+            "save plan", SAVE_PLAN, SavePlanParams(self.session, dict(self.plan.fusion_config), str(path)),
+            f"Saving the plan of {self.spec}", f"Saved the plan of {self.spec} to {path.name}",
+        )  # fmt: skip
+        job.failed.connect(lambda e: self._report("Cannot save the plan", e))
+        return job
+
+    def open_plan(self, path: Path) -> Job[PlanFileInfo] | None:
+        """Read a plan file, check its model is the one it was made from, then open that model
+        (unless it is open) with exactly the plan's families, in its order."""
+        if self.jobs.busy:
+            self.error_raised.emit("Busy", f"Wait for the {self.jobs.current.name} job to finish, or cancel it.", "")
+            return None
+        job = self._start(
+            "open plan", READ_PLAN, ReadPlanParams(str(path)), f"Checking the plan {path.name}",
+            f"Checked the plan {path.name}",
+        )  # fmt: skip
+        job.succeeded.connect(self._on_plan_read)
+        job.failed.connect(lambda e: self._report(f"Cannot open the plan {path.name}", e))
+        return job
+
+    def _on_plan_read(self, info: PlanFileInfo) -> None:
+        options = [name for name, value in info.fusion_config.items() if value is not True]
+        if options:
+            self.error_raised.emit(
+                "Plan with family options",
+                f"The plan sets options of {', '.join(options)}; the app runs families with their defaults. "
+                "Run it with `fusion-core check --plan` instead.",
+                "",
+            )
+            return
+
+        def apply(*_args: object) -> None:
+            names = list(info.fusion_config)
+            self.family_order = names + [n for n in self.family_order if n not in names]
+            self.enabled = set(names)
+            self._fusions_edited()  # the Fusions tab, the tree and the plan follow
+
+        if self.spec == info.spec and self.inspection is not None:
+            apply()
+            return
+        job = self.open_model(info.spec)
+        if job is not None:
+            job.succeeded.connect(apply)
 
     def export(self, out_dir: Path, options: ExportOptions | None = None) -> Job[ExportResult] | None:
         """Write a converted checkpoint of the plan on show to ``out_dir`` (the export dialog builds ``options``)."""

@@ -128,6 +128,23 @@ class FamilyFileParams:
 
 
 @dataclass(frozen=True)
+class SavePlanParams:
+    """Write the plan of the session's model with ``fusion_config`` to ``path`` (``plan --json``'s file)."""
+
+    session: str
+    fusion_config: FusionConfigData
+    path: str
+
+
+@dataclass(frozen=True)
+class ReadPlanParams:
+    """Read a plan file and check its model is the one it was made from (``check --plan``'s checks)."""
+
+    path: str
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
 class UnregisterParams:
     name: str  # a family
 
@@ -140,6 +157,16 @@ class ModelLists:
     demos: list[tuple[str, str]] = field(default_factory=list)
     arch: list[str] = field(default_factory=list)
     hub: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PlanFileInfo:
+    """A plan file that passed its checks: the model to open and the families to enable, in order."""
+
+    spec: str
+    model_class: str
+    fusion_config: dict[str, Any] = field(default_factory=dict)
+    modules: int = 0  # the modules it fuses
 
 
 # the table -------------------------------------------------------------------------------
@@ -183,6 +210,8 @@ FAMILY_FILE: Op[FamilyFileParams, list[str]] = Op("family_file", FamilyFileParam
 UNREGISTER: Op[UnregisterParams, None] = Op("unregister", UnregisterParams, type(None))
 CLOSE: Op[SessionParams, None] = Op("close", SessionParams, type(None))
 COMPARE: Op[CompareParams, Comparison] = Op("compare", CompareParams, Comparison, long=True)
+SAVE_PLAN: Op[SavePlanParams, str] = Op("save_plan", SavePlanParams, str, long=True)
+READ_PLAN: Op[ReadPlanParams, PlanFileInfo] = Op("read_plan", ReadPlanParams, PlanFileInfo, long=True)
 
 #: every operation, by name
 OPS: dict[str, Op[Any, Any]] = {
@@ -190,3 +219,4 @@ OPS: dict[str, Op[Any, Any]] = {
     for op in (OPEN, CHECK, EXPORT, PLAN, DIFF, CONSUMERS, LISTS, DEVICES, FAMILY_FILE, UNREGISTER, CLOSE, COMPARE)
 }
 OPS.update({op.name: op for op in (ADAPTER_PLAN, ADAPTER)})  # LoRA adapters (fusion_core.adapter)
+OPS.update({op.name: op for op in (SAVE_PLAN, READ_PLAN)})  # plan files (fusion_core.plan.plan_file)

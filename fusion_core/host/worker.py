@@ -47,6 +47,8 @@ from .ops import (
     OPEN,
     OPS,
     PLAN,
+    READ_PLAN,
+    SAVE_PLAN,
     UNREGISTER,
     AdapterParams,
     AdapterPlanParams,
@@ -59,7 +61,10 @@ from .ops import (
     NoParams,
     Op,
     OpenParams,
+    PlanFileInfo,
     PlanParams,
+    ReadPlanParams,
+    SavePlanParams,
     SessionParams,
     UnregisterParams,
 )
@@ -118,6 +123,8 @@ class Host:
             UNREGISTER: self._unregister,
             CLOSE: self._close,
             COMPARE: self._compare,
+            SAVE_PLAN: self._save_plan,
+            READ_PLAN: self._read_plan,
         }
         self._others: dict[tuple[str, str], Any] = {}  # (session, spec) -> the model it is compared with
 
@@ -407,6 +414,29 @@ class Host:
         self._sessions.pop(p.session, None)
         for key in [k for k in self._others if k[0] == p.session]:
             del self._others[key]
+
+    def _save_plan(self, p: SavePlanParams) -> Generator[Any, None, str]:
+        """``plan --json``'s file for the session's plan: what it fuses and what it was made from."""
+        import json
+
+        from ..plan.plan_file import plan_document
+        from ..progress import Progress
+        from ..report.tree_image import write_text
+
+        plan = self._plan(p.session, p.fusion_config)
+        yield Progress(0, 0, "hashing the weights (the plan's identity)")
+        document = plan_document(plan)
+        write_text(p.path, json.dumps(document, indent=2) + "\n")
+        return p.path
+
+    def _read_plan(self, p: ReadPlanParams) -> Generator[Any, None, PlanFileInfo]:
+        """A plan file, its model checked against the identity it records (as ``check --plan``)."""
+        from ..plan.plan_file import plan_from_file
+        from ..progress import Progress
+
+        yield Progress(0, 0, "checking the plan's model (hashing its weights)")
+        plan = plan_from_file(p.path, trust_remote_code=p.trust_remote_code)
+        return PlanFileInfo(plan.source.spec, plan.model_class, dict(plan.fusion_config), len(plan.matched_paths))
 
     def _compare(self, p: CompareParams) -> Generator[Any, None, Any]:
         """The session's model against ``p.other``, opened once per session (values on request)."""
