@@ -6,9 +6,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 
 import _check_models as models
+
+from fusion_gui.panels.checks import COLUMNS
 
 JOB_TIMEOUT_MS = 180_000
 PATCH = "model.visual.patch_embed"
@@ -44,18 +48,26 @@ def test_workload_controls_and_verdicts(qtbot, window, open_model, only_fusions,
     rows = panel.model.rows
     assert [r["module"] for r in rows] == [m.path for m in result.modules] + ["end to end"]
     assert all(r["verified_by"] == "end-to-end inputs" for r in rows[:-1])
-    # the ratio with its interval, its verdict and its A/A noise floor
-    assert rows[0]["speedup_text"] == patch.timing.verdict_text() and "(noise [" in rows[0]["speedup_text"]
+    # what the table shows, against the result's own numbers formatted here (not by the code under test):
+    # the ratio with its interval, its verdict and its A/A noise floor, and the medians in ms
+    t = patch.timing
+    cell = {c.key: i for i, c in enumerate(COLUMNS)}
+    shown = panel.model.index(0, cell["speedup_text"]).data()
+    assert shown.startswith(f"{t.speedup:.2f}x [{t.speedup_low:.2f}, {t.speedup_high:.2f}] {t.verdict} (noise [")
+    assert panel.model.index(0, cell["original_ms"]).data() == f"{t.original_ms:.3f}"
+    assert panel.model.index(0, cell["fused_ms"]).data() == f"{t.fused_ms:.3f}"
+    assert panel.model.index(0, cell["max_abs_diff"]).data() == f"{patch.comparison.max_abs_diff:.2e}"
     # one whisker per row (modules and end to end), spanning the interval; one floor box per row, holding 1.0
     assert len(panel.chart.whiskers) == len(rows) == len(panel.chart.floors)
     floor_ys = [p.y() for p in panel.chart.floors[0].points()]
-    assert min(floor_ys) == rows[0]["noise_low"] <= 1.0 <= max(floor_ys) == rows[0]["noise_high"]
+    assert min(floor_ys) == pytest.approx(t.noise_low) and max(floor_ys) == pytest.approx(t.noise_high)
+    assert min(floor_ys) <= 1.0 <= max(floor_ys)
     assert rows[0]["share_text"].startswith(f"{patch.share_of_end_to_end:.1%} [")
     # at 1460x900 every row of the table shows, and the chart keeps its room
     assert panel.table.viewport().height() >= len(rows) * panel.table.rowHeight(0)
     assert panel.chart.height() >= 200
     ys = [p.y() for p in panel.chart.whiskers[0].points()]
-    assert min(ys) == rows[0]["low"] and max(ys) == rows[0]["high"]
+    assert min(ys) == pytest.approx(t.speedup_low) and max(ys) == pytest.approx(t.speedup_high)
     # "exact" and "faster" are two banners; one verdict line per family
     assert panel.banner.text().startswith("<b>Exact") and panel.banner.property("role") == "ok"
     assert panel.speed_banner.isVisible() and "Speed end to end" in panel.speed_banner.text()
