@@ -35,25 +35,10 @@ def test_check_compile_compares_and_times_both_forms(llama_dir: Path, capsys) ->
 
 def test_a_wrong_fusion_fails_compiled(llama_dir: Path) -> None:
     """The compiled fused model is compared, not only timed: a wrong fusion fails there too."""
-    from fusion_core.families import register, unregister
-    from fusion_core.families.gate_up import GateUpFusion
+    from _wrong_family import scaled_gate_up
 
-    class Scaled(GateUpFusion):
-        name = "test_scaled_gate_up_compiled"
-
-        def make_fused_class(self, original_cls):
-            fused = super().make_fused_class(original_cls)
-
-            def forward(module, *args, **kwargs):
-                return fused.forward(module, *args, **kwargs) * 1.01
-
-            return type(fused.__name__, (fused,), {"forward": forward, "__module__": fused.__module__})
-
-    spec = register(Scaled(), origin="test")
-    try:
-        result = check(str(llama_dir), {spec.name: True}, upstream=False, time_budget=0, compile="eager")
-    finally:
-        unregister(spec.name)
+    with scaled_gate_up(1.01, "test_scaled_gate_up_compiled") as name:
+        result = check(str(llama_dir), {name: True}, upstream=False, time_budget=0, compile="eager")
     c = result.compiled
     assert c is not None and c.comparison is not None and not c.passed and not result.passed
     assert c.comparison.max_abs_diff > c.comparison.limit

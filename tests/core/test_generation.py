@@ -44,25 +44,10 @@ def test_static_cache_generation_and_the_text_line(llama_dir: Path, capsys) -> N
 def test_a_wrong_family_diverges_or_is_caught(llama_dir: Path) -> None:
     """A fused model that computes something else does not generate the same tokens: the
     generation says where, with each side's top tokens, and the check fails."""
-    from fusion_core.families import register, unregister
-    from fusion_core.families.gate_up import GateUpFusion
+    from _wrong_family import scaled_gate_up
 
-    class Shifted(GateUpFusion):
-        name = "test_shifted_gate_up"
-
-        def make_fused_class(self, original_cls):
-            fused = super().make_fused_class(original_cls)
-
-            def forward(module, *args, **kwargs):
-                return fused.forward(module, *args, **kwargs) * 50.0
-
-            return type(fused.__name__, (fused,), {"forward": forward, "__module__": fused.__module__})
-
-    spec = register(Shifted(), origin="test")
-    try:
-        result = check(str(llama_dir), {spec.name: True}, upstream=False, time_budget=0, generate=12)
-    finally:
-        unregister(spec.name)
+    with scaled_gate_up(50.0, "test_shifted_gate_up") as name:
+        result = check(str(llama_dir), {name: True}, upstream=False, time_budget=0, generate=12)
     g = result.generation
     assert not result.passed and not g.identical and g.verdict in ("diverges", "near tie")
     if g.verdict == "diverges":
