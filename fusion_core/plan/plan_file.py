@@ -67,7 +67,9 @@ def identity_of(source: ModelSource, hashed: Hashed | None = None) -> SourceIden
         counter = _Counter(sum(p.stat().st_size for p in paths), hashed)
         for path in paths:
             files.append(WeightFile(path.name, path.stat().st_size, _sha256(path, counter)))
-    return SourceIdentity(source.spec, _qualname(source), _config_digest(source), tuple(files))
+    # a folder by its absolute path: the file may be read from another working directory
+    spec = str(Path(source.folder).resolve()) if source.kind == "folder" and source.folder is not None else source.spec
+    return SourceIdentity(spec, _qualname(source), _config_digest(source), tuple(files))
 
 
 def plan_document(plan: FusionPlan, hashed: Hashed | None = None) -> dict[str, Any]:

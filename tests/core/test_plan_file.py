@@ -105,3 +105,16 @@ def test_plan_and_fusion_together_are_a_usage_error(llama_dir: Path, tmp_path: P
     plan = _write(tmp_path, _plan(capsys, "demo:llama", "qkv"))
     assert main(["check", "--plan", str(plan), "--fusion", "gate_up"]) == 2
     assert "--plan already says which families run; drop --fusion" in capsys.readouterr().err
+
+
+def test_a_relative_folder_is_recorded_by_its_absolute_path(
+    llama_dir: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan may be checked from another working directory (a CI step): the folder is absolute."""
+    shutil.copytree(llama_dir, tmp_path / "model")
+    monkeypatch.chdir(tmp_path)
+    doc = _plan(capsys, "model", "qkv")
+    assert doc["identity"]["spec"] == str((tmp_path / "model").resolve())
+    plan = _write(tmp_path, doc)
+    monkeypatch.chdir(llama_dir)
+    assert main(["check", "--plan", str(plan), *FAST]) == 0
