@@ -68,3 +68,62 @@ def test_a_rejected_config_value_keeps_its_reason(falcon_dir: Path, tmp_path: Pa
     assert "config values rejected by 'falcon_h1'" in err and "time_step_limit" in err
     reason = err.split("Validation error for field 'time_step_limit':", 1)[1]
     assert "soon" in reason and len(err) < 1_000, err
+
+
+def llava_next_video(folder: Path, *, video_file: bool = False) -> Path:
+    """LLaVA-NeXT-Video with its processor files but no ``video_preprocessor_config.json``: without
+    torchvision, ``AutoProcessor`` recurses until ``RecursionError`` (not an ImportError)."""
+    import torch
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaNextVideoConfig, LlavaNextVideoForConditionalGeneration
+
+    from fusion_core.run.processors import processor_from_config
+
+    torch.manual_seed(0)
+    config = LlavaNextVideoConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, image_size=28,
+            patch_size=7, projection_dim=16,
+        ),
+        text_config=LlamaConfig(
+            hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, vocab_size=120,
+            num_key_value_heads=2,
+        ),
+        image_token_index=110, video_token_index=111, vision_feature_layer=-1, image_grid_pinpoints=[[28, 28]],
+    )  # fmt: skip
+    _save(LlavaNextVideoForConditionalGeneration(config).eval(), folder)
+    proc, _ = processor_from_config(config)  # its image processor and a tokenizer, saved as files
+    proc.image_processor.save_pretrained(folder)
+    proc.tokenizer.save_pretrained(folder)
+    processor = {
+        "processor_class": "LlavaNextVideoProcessor",
+        "patch_size": 7,
+        "vision_feature_select_strategy": "default",
+    }
+    (folder / "processor_config.json").write_text(json.dumps(processor))
+    return folder
+
+
+def _png(path: Path) -> Path:
+    import numpy as np
+    from PIL import Image
+
+    Image.fromarray((np.random.default_rng(0).random((40, 48, 3)) * 255).astype("uint8")).save(path)
+    return path
+
+
+# -- 2. a checkpoint processor that fails with something other than ImportError ----------------
+
+
+@pytest.mark.slow
+def test_any_processor_failure_falls_back_with_its_reason(tmp_path: Path, capsys) -> None:
+    folder = llava_next_video(tmp_path / "model")
+    photo = _png(tmp_path / "photo.png")
+    code = main(["check", str(folder), "--fusion", "qkv", "--image", str(photo), *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(captured.out)
+    notes = " ".join(result["end_to_end"]["notes"])
+    assert "the checkpoint's AutoProcessor failed (RecursionError" in notes, notes
+    assert ("image+text", "image", "photo.png") in [
+        (f["run"], f["modality"], f["source"]) for f in result["end_to_end"]["inputs"]
+    ]
