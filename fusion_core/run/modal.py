@@ -31,12 +31,14 @@ if TYPE_CHECKING:
     from ..boundary.options import CheckOptions, Workload
     from ..model.sources import ModelSource
 
-MODALITY_KEYS = {
+MODALITY_KEYS = {  # the usual names; a model's own come from its forward (:func:`modality_keys`)
     "image": ("pixel_values",),
     "video": ("pixel_values_videos",),
     "audio": ("input_features", "input_values", "input_audio_features"),
 }
 PROCESSOR_KIND = "processor"  # input_kind of a run on the user's files or prompt
+_NOT_MEDIA = ("_mask", "_masks", "_lengths", "_sizes", "_thw")
+_AUDIO_PREFIXES = ("input_features", "input_values", "input_audio", "audio_values", "audio_features", "audio_input")
 
 
 @dataclass
@@ -49,10 +51,34 @@ class Group:
     notes: list[str] = field(default_factory=list)
 
 
+def key_modality(name: str) -> str | None:
+    """The medium an input named ``name`` carries, read from the name as models spell it:
+    ``pixel_values`` / ``pixel_values_images`` -> image, ``pixel_values_videos`` -> video,
+    ``input_features`` / ``input_values`` -> audio; ``None`` for anything else (masks, sizes)."""
+    if name.endswith(_NOT_MEDIA):
+        return None
+    if name.startswith("pixel_values"):
+        return "video" if "video" in name else "image"
+    if name.startswith(_AUDIO_PREFIXES):
+        return "audio"
+    return None
+
+
+def modality_keys(params: Any) -> dict[str, tuple[str, ...]]:
+    """The media inputs a forward takes, read from its parameter names (``inspect.signature``), in the
+    order image, video, audio: each medium with the names it is fed under (Video-LLaVA:
+    ``pixel_values_images``, ``pixel_values_videos``)."""
+    found: dict[str, list[str]] = {"image": [], "video": [], "audio": []}
+    for name in params:
+        kind = key_modality(name)
+        if kind is not None:
+            found[kind].append(name)
+    return {kind: tuple(names) for kind, names in found.items() if names}
+
+
 def taken_modalities(entry: nn.Module) -> list[str]:
     """The media ``entry``'s forward takes, in the order image, video, audio."""
-    params = inspect.signature(entry.forward).parameters
-    return [m for m, keys in MODALITY_KEYS.items() if any(k in params for k in keys)]
+    return list(modality_keys(inspect.signature(entry.forward).parameters))
 
 
 def _entry(model: nn.Module, paths: list[str]) -> tuple[str, nn.Module]:
@@ -170,8 +196,8 @@ def _processed(
     text_keys = ("input_ids", "mm_token_type_ids", "token_type_ids", "attention_mask")
     order = [k for k in kept if k not in text_keys] + [k for k in text_keys if k in kept]
     kept = {k: kept[k] for k in order}  # media first, as the inputs made from the config
-    missing = [k for k in MODALITY_KEYS[media.kind] if k in out and k not in kept]
-    if not any(k in kept for k in MODALITY_KEYS[media.kind]):
+    missing = [k for k in out if key_modality(k) == media.kind and k not in kept]
+    if not any(key_modality(k) == media.kind for k in kept):
         raise CheckError(f"the processor made no {media.kind} inputs this model takes ({', '.join(missing) or 'none'})")
     if "use_cache" in params:
         kept["use_cache"] = False
@@ -201,10 +227,10 @@ def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
         fed.append(
             FedInput(label, "video", int(g.shape[0]), f"grid {'x'.join(map(str, g[0].tolist()))} tubelets", "synthetic")
         )
-    for key in ("pixel_values", "pixel_values_videos"):
+    for key in [k for k in kw if key_modality(k) in ("image", "video")]:
         v = kw.get(key)
         if v is not None and v.dim() >= 4 and "image_grid_thw" not in kw and "video_grid_thw" not in kw:
-            kind = "video" if (key.endswith("videos") or v.dim() == 5) else "image"
+            kind = "video" if (key_modality(key) == "video" or v.dim() == 5) else "image"
             fed.append(FedInput(label, kind, int(v.shape[0]), f"{v.shape[-1]}x{v.shape[-2]} px", "synthetic"))
     ids = kw.get("input_ids")
     if ids is not None:
@@ -215,12 +241,14 @@ def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
 def _label(inputs: ModelInputs) -> str:
     kw = inputs.kwargs
     kinds = []
-    if "pixel_values" in kw and not (kw["pixel_values"].dim() == 5 and inputs.kind == "video"):
-        kinds.append("video" if inputs.kind == "video" else "image")
-    if "pixel_values_videos" in kw:
+    for key in [k for k in kw if key_modality(k) == "image"]:
+        if not (kw[key].dim() == 5 and inputs.kind == "video"):
+            kinds.append("video" if inputs.kind == "video" else "image")
+    if any(key_modality(k) == "video" for k in kw):
         kinds.append("video")
-    if any(k in kw for k in MODALITY_KEYS["audio"]):
+    if any(key_modality(k) == "audio" for k in kw):
         kinds.append("audio")
+    kinds = list(dict.fromkeys(kinds))
     if "input_ids" in kw:
         kinds.append("text")
     return "+".join(kinds) or inputs.kind

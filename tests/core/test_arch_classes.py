@@ -127,3 +127,54 @@ def test_any_processor_failure_falls_back_with_its_reason(tmp_path: Path, capsys
     assert ("image+text", "image", "photo.png") in [
         (f["run"], f["modality"], f["source"]) for f in result["end_to_end"]["inputs"]
     ]
+
+
+def video_llava(folder: Path) -> Path:
+    """Video-LLaVA: its forward takes pixels as ``pixel_values_images`` and ``pixel_values_videos``."""
+    import torch
+    from transformers import CLIPVisionConfig, LlamaConfig, VideoLlavaConfig, VideoLlavaForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = VideoLlavaConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, image_size=28,
+            patch_size=7, projection_dim=16,
+        ),
+        text_config=LlamaConfig(
+            hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, vocab_size=120,
+            num_key_value_heads=2, max_position_embeddings=512,
+        ),
+        image_token_index=110, video_token_index=111, vision_feature_layer=-1,
+    )  # fmt: skip
+    return _save(VideoLlavaForConditionalGeneration(config).eval(), folder)
+
+
+@pytest.fixture(scope="module")
+def video_llava_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return video_llava(tmp_path_factory.mktemp("video_llava") / "model")
+
+
+# -- 3. media inputs under other names ---------------------------------------------------------
+
+
+def test_media_input_names_come_from_the_forward(video_llava_dir: Path, tmp_path: Path, capsys) -> None:
+    """Video-LLaVA's processor returns ``pixel_values_images``: taken, and labelled an image run."""
+    photo = _png(tmp_path / "photo.png")
+    code = main(["check", str(video_llava_dir), "--fusion", "qkv", "--image", str(photo), *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert "pixel_values_images" in e["input_shapes"], e["input_shapes"]
+    assert ("image", "photo.png") in [(f["modality"], f["source"]) for f in e["inputs"]]
+    code = main(["check", str(video_llava_dir), "--fusion", "qkv", *CLI_FAST, "--json"])
+    e = json.loads(capsys.readouterr().out)["end_to_end"]
+    assert code == 0 and e["input_kind"].split(", ")[0] == "image+text", e["input_kind"]
+    assert not any("made no image inputs" in n for n in e["notes"]), e["notes"]
+    import inspect
+
+    from transformers import VideoLlavaForConditionalGeneration
+
+    from fusion_core.run.modal import modality_keys
+
+    keys = modality_keys(inspect.signature(VideoLlavaForConditionalGeneration.forward).parameters)
+    assert "pixel_values_images" in keys["image"] and keys["video"] == ("pixel_values_videos",)
