@@ -181,12 +181,21 @@ def _processed(
     if media.kind == "audio":
         kwargs["sampling_rate"] = media.sampling_rate
     per_row = max(1, len(items) // n)
+    own_tokens = ""  # a note where the processor writes its own placeholders
     if "input_ids" in params and getattr(proc, "tokenizer", None) is not None:
         # the prompt is built here, never by the folder's chat template: a Jinja template is
         # unbounded in time and memory ('x' * 6000000000, nested loops), and the check
         # compares fused with original on the same tokens whatever the layout of the turn
-        text = _wrapped(proc, media.kind) * per_row + prompt
-        out = proc(text=[text] * n, return_tensors="pt", **kwargs)
+        ours = _wrapped(proc, media.kind) * per_row
+        try:
+            out = proc(text=[ours + prompt] * n, return_tensors="pt", **kwargs)
+        except Exception as e:  # a processor that writes its own placeholders (Florence-2): without ours
+            if not ours:
+                raise
+            out = _own_placeholders(proc, media.kind, prompt, n, kwargs, e)
+            own_tokens = (
+                f"{label}: the processor inserts its own {media.kind} tokens (with ours too: {one_line(e, limit=160)})"
+            )
     else:  # a vision tower alone: its image processor
         out = proc(**{("images" if arg == "images" else arg): items}, return_tensors="pt")
     kept: dict[str, Any] = {}
@@ -210,7 +219,30 @@ def _processed(
             FedInput(label, "text", int(ids.shape[0]), f"{ids.shape[-1]} tokens", "prompt" if given else "synthetic")
         )
     inputs = ModelInputs(entry_path, kept, label, [], fed=fed)
+    if own_tokens:
+        inputs.notes.append(own_tokens)
     return inputs
+
+
+def _own_placeholders(proc: Any, kind: str, prompt: str, n: int, kwargs: dict[str, Any], error: Exception) -> Any:
+    """``proc``'s output on the prompt alone, for a processor that inserts its own ``kind`` tokens
+    (Florence-2 writes ``<image>`` before every prompt, so ours doubles it); ``error`` (the
+    first attempt's) is raised again unless the output holds the processor's own ``kind`` tokens."""
+    import torch
+
+    try:
+        out = proc(text=[prompt] * n, return_tensors="pt", **kwargs)
+    except Exception:
+        raise error from None
+    token_id = getattr(proc, f"{kind}_token_id", None)
+    token = getattr(proc, f"{kind}_token", None)
+    tok = getattr(proc, "tokenizer", None)
+    if not isinstance(token_id, int) and isinstance(token, str) and tok is not None:
+        token_id = tok.convert_tokens_to_ids(token)
+    ids = dict(out).get("input_ids")
+    if not isinstance(token_id, int) or not isinstance(ids, torch.Tensor) or not bool((ids == token_id).any()):
+        raise error
+    return out
 
 
 def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:

@@ -178,3 +178,55 @@ def test_media_input_names_come_from_the_forward(video_llava_dir: Path, tmp_path
 
     keys = modality_keys(inspect.signature(VideoLlavaForConditionalGeneration.forward).parameters)
     assert "pixel_values_images" in keys["image"] and keys["video"] == ("pixel_values_videos",)
+
+
+def florence2(folder: Path) -> Path:
+    """Florence-2 with its processor files: ``Florence2Processor`` writes its own ``<image>`` before each prompt."""
+    import torch
+    from PIL import Image
+    from transformers import BartConfig, Florence2Config, Florence2ForConditionalGeneration, Florence2VisionConfig
+
+    from fusion_core.run.processors import processor_from_config
+
+    torch.manual_seed(0)
+    vision = Florence2VisionConfig(
+        depths=(1, 1), patch_size=(7, 3), patch_stride=(4, 2), patch_padding=(3, 1), patch_prenorm=(False, True),
+        embed_dim=(16, 32), num_heads=(2, 2), num_groups=(2, 2), window_size=2, projection_dim=32,
+        max_temporal_embeddings=4, max_position_embeddings=8, drop_path_rate=0.0,
+    )  # fmt: skip
+    text = BartConfig(
+        vocab_size=120, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=128,
+    )  # fmt: skip
+    config = Florence2Config(vision_config=vision, text_config=text, image_token_id=110)
+    model = Florence2ForConditionalGeneration(config).eval()
+    _save(model, folder)
+    proc, _ = processor_from_config(config)  # its image processor and a tokenizer, saved as files
+    image_proc = proc.image_processor
+    image_proc.size = image_proc.crop_size = {"height": 32, "width": 32}
+    pixels = image_proc(images=[Image.new("RGB", (32, 32))], return_tensors="pt")["pixel_values"]
+    with torch.inference_mode():
+        features = model.model.get_image_features(pixel_values=pixels)
+    image_proc.image_seq_length = int(getattr(features, "pooler_output", features).shape[1])
+    image_proc.save_pretrained(folder)
+    proc.tokenizer.save_pretrained(folder)
+    (folder / "processor_config.json").write_text(json.dumps({"processor_class": "Florence2Processor"}))
+    return folder
+
+
+# -- 4. a processor that inserts its own image tokens ------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_processor_writing_its_own_image_token_gets_no_second(tmp_path: Path, capsys) -> None:
+    folder = florence2(tmp_path / "model")
+    photo = _png(tmp_path / "photo.png")
+    code = main(["check", str(folder), "--fusion", "qkv", "--image", str(photo), *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert "pixel_values" in e["input_shapes"] and e["passed"], e
+    assert any("the processor inserts its own image tokens" in n for n in e["notes"]), e["notes"]
+    code = main(["check", str(folder), "--fusion", "qkv", *CLI_FAST, "--json"])
+    e = json.loads(capsys.readouterr().out)["end_to_end"]
+    assert code == 0 and any("through the checkpoint's own Florence2Processor" in n for n in e["notes"]), e["notes"]
