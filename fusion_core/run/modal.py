@@ -428,8 +428,20 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
         for c in g.candidates:
             if not c.fed:
                 c.fed = _fed_of(c, _label(c))
-            if c.kind not in (PROCESSOR_KIND,):
-                c.kind = _label(c)
+            # each run is named by what it feeds (the user's files: their source is in ``fed``)
+            c.kind = "+".join(dict.fromkeys(f.modality for f in c.fed)) if c.kind == PROCESSOR_KIND else _label(c)
+        if not g.candidates and "fallback" not in g.notes:
+            kind = g.label.split("+")[0]
+            why = "; ".join(g.notes) or (
+                f"the processor makes no {kind} inputs here"
+                + (" (transformers' video processors need torchvision)" if kind == "video" else "")
+                + f", and none could be made from the config ({type(entry).__name__})"
+            )
+            g.notes.append(f"{g.label}: not run ({why})")
+    if groups and user:  # the media the model takes that no given file is of
+        skipped = [k for k in taken if k not in {m.kind for m in media}]
+        given = ", ".join(f"--{m.kind}" for m in media)
+        groups[0].notes += [f"{k}: not run (only the given files are run: {given})" for k in skipped]
     return groups
 
 

@@ -230,3 +230,19 @@ def test_a_processor_writing_its_own_image_token_gets_no_second(tmp_path: Path, 
     code = main(["check", str(folder), "--fusion", "qkv", *CLI_FAST, "--json"])
     e = json.loads(capsys.readouterr().out)["end_to_end"]
     assert code == 0 and any("through the checkpoint's own Florence2Processor" in n for n in e["notes"]), e["notes"]
+
+
+# -- 5. labels say what was fed ----------------------------------------------------------------
+
+
+def test_labels_name_what_was_fed_and_each_modality_not_run(video_llava_dir: Path, tmp_path: Path, capsys) -> None:
+    """``input_kind`` names the modalities fed (a run on the user's image is ``image+text``), and the
+    video Video-LLaVA takes, which got no run, has a "not run" line with its reason (CLI and JSON)."""
+    photo = _png(tmp_path / "photo.png")
+    code = main(["check", str(video_llava_dir), "--fusion", "qkv", "--image", str(photo), *CLI_FAST, "--json"])
+    e = json.loads(capsys.readouterr().out)["end_to_end"]
+    assert code == 0 and e["input_kind"] == "image+text", e["input_kind"]
+    assert "video: not run (only the given files are run: --image)" in e["notes"], e["notes"]
+    code = main(["check", str(video_llava_dir), "--fusion", "qkv", *CLI_FAST])
+    out = capsys.readouterr().out
+    assert code == 0 and "inputs: video+text: not run (the processor makes no video inputs here" in out, out
