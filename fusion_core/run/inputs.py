@@ -305,6 +305,14 @@ def _pixel_inputs(
         extras.append({})
     if workload.image_size and "interpolate_pos_encoding" in params:
         extras = [{**e, "interpolate_pos_encoding": True} for e in extras]
+    clip_frames = config_value(config, "num_frames")
+    if len(kernel) == 2 and isinstance(clip_frames, int) and clip_frames >= 1 and not isinstance(clip_frames, bool):
+        # a video model patching each frame with a Conv2d (TimeSformer): a clip of its frames first
+        frames = int(workload.frames or min(clip_frames, MAX_INPUT_FRAMES))
+        clip = torch.randn(n, frames, channels, height, width, generator=gen).to(dtype)
+        for extra in extras:
+            note = f"{n} clip(s) of {frames} frames, {channels} channels, {height}x{width} (frames first)"
+            yield ModelInputs("", {key: clip, **extra}, "video", [note])
     if len(kernel) == 2:
         image = torch.randn(n, channels, height, width, generator=gen).to(dtype)
         for extra in extras:

@@ -391,7 +391,12 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
         if user and not group.candidates:
             raise CheckError(f"--{m.kind}: {name}'s processor takes no {m.kind} here ({proc_note or 'none'})")
         if not user:
-            group.candidates += [c for c in fallback if _label(c).split("+")[0] == m.kind]
+            # a video model fed through its image input (TimeSformer: clips in ``pixel_values``)
+            # takes the config's clips here too, first where the config made them first
+            clips = m.kind == "image" and "video" not in taken
+            group.candidates += [
+                c for c in fallback if _label(c).split("+")[0] == m.kind or (clips and _label(c).startswith("video"))
+            ]
         groups.append(group)
     for c in groups[0].candidates if groups and sized else []:
         c.notes.extend(dict.fromkeys(sized))

@@ -246,3 +246,25 @@ def test_labels_name_what_was_fed_and_each_modality_not_run(video_llava_dir: Pat
     code = main(["check", str(video_llava_dir), "--fusion", "qkv", *CLI_FAST])
     out = capsys.readouterr().out
     assert code == 0 and "inputs: video+text: not run (the processor makes no video inputs here" in out, out
+
+
+# -- a video classifier patching each frame with a Conv2d, without processor files ------------
+
+
+def test_a_per_frame_video_classifier_gets_a_clip_from_its_config(tmp_path: Path, capsys) -> None:
+    """TimeSformer's forward wants 5-D clips although its patch embedding is a Conv2d: a clip of the
+    config's ``num_frames`` runs end to end, labelled video."""
+    import torch
+    from transformers import TimesformerConfig, TimesformerForVideoClassification
+
+    torch.manual_seed(0)
+    config = TimesformerConfig(
+        image_size=32, patch_size=8, num_frames=4, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=37, num_labels=3,
+    )  # fmt: skip
+    folder = _save(TimesformerForVideoClassification(config).eval(), tmp_path / "model")
+    code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err + captured.out[-2000:]
+    e = json.loads(captured.out)["end_to_end"]
+    assert e["input_kind"] == "video" and e["input_shapes"]["pixel_values"] == [1, 4, 3, 32, 32], e
