@@ -268,3 +268,35 @@ def test_a_per_frame_video_classifier_gets_a_clip_from_its_config(tmp_path: Path
     assert code == 0, captured.err + captured.out[-2000:]
     e = json.loads(captured.out)["end_to_end"]
     assert e["input_kind"] == "video" and e["input_shapes"]["pixel_values"] == [1, 4, 3, 32, 32], e
+
+
+# -- a model that counts a video's features by its image token ---------------------------------
+
+
+@pytest.mark.slow
+def test_glm4v_video_runs_with_the_tokens_the_model_counts(tmp_path: Path, capsys) -> None:
+    """GLM-4V counts video features by the image token, one run per temporal step: its video runs."""
+    import torch
+    from transformers import Glm4vConfig, Glm4vForConditionalGeneration
+
+    torch.manual_seed(0)
+    rope = {"rope_type": "default", "mrope_section": [1, 1, 2], "partial_rotary_factor": 0.5, "rope_theta": 10000.0}
+    config = Glm4vConfig(
+        text_config=dict(
+            vocab_size=160, hidden_size=32, intermediate_size=37, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, rope_parameters=rope,
+        ),
+        vision_config=dict(
+            depth=1, hidden_size=32, intermediate_size=37, num_heads=2, out_hidden_size=32, patch_size=14,
+            spatial_merge_size=2, temporal_patch_size=2, image_size=56,
+        ),
+        image_token_id=150, video_token_id=151, image_start_token_id=152, image_end_token_id=153,
+        video_start_token_id=154, video_end_token_id=155,
+    )  # fmt: skip
+    folder = _save(Glm4vForConditionalGeneration(config).eval(), tmp_path / "model")
+    code = main(["check", str(folder), "--fusion", "patch_embeddings", "--fusion", "qkv", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert e["input_kind"] == "image+text, video+text" and "pixel_values_videos" in e["input_shapes"], e
+    assert not any("not run" in n for n in e["notes"]), e["notes"]
