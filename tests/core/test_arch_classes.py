@@ -114,7 +114,6 @@ def _png(path: Path) -> Path:
 # -- 2. a checkpoint processor that fails with something other than ImportError ----------------
 
 
-@pytest.mark.slow
 def test_any_processor_failure_falls_back_with_its_reason(tmp_path: Path, capsys) -> None:
     folder = llava_next_video(tmp_path / "model")
     photo = _png(tmp_path / "photo.png")
@@ -217,7 +216,6 @@ def florence2(folder: Path) -> Path:
 # -- 4. a processor that inserts its own image tokens ------------------------------------------
 
 
-@pytest.mark.slow
 def test_a_processor_writing_its_own_image_token_gets_no_second(tmp_path: Path, capsys) -> None:
     folder = florence2(tmp_path / "model")
     photo = _png(tmp_path / "photo.png")
@@ -273,7 +271,6 @@ def test_a_per_frame_video_classifier_gets_a_clip_from_its_config(tmp_path: Path
 # -- a model that counts a video's features by its image token ---------------------------------
 
 
-@pytest.mark.slow
 def test_glm4v_video_runs_with_the_tokens_the_model_counts(tmp_path: Path, capsys) -> None:
     """GLM-4V counts video features by the image token, one run per temporal step: its video runs."""
     import torch
