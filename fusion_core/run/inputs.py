@@ -305,6 +305,14 @@ def _pixel_inputs(
         extras.append({})
     if workload.image_size and "interpolate_pos_encoding" in params:
         extras = [{**e, "interpolate_pos_encoding": True} for e in extras]
+    clip_frames = config_value(config, "num_frames")
+    if len(kernel) == 2 and isinstance(clip_frames, int) and clip_frames >= 1 and not isinstance(clip_frames, bool):
+        # a video model patching each frame with a Conv2d (TimeSformer): a clip of its frames first
+        frames = int(workload.frames or min(clip_frames, MAX_INPUT_FRAMES))
+        clip = torch.randn(n, frames, channels, height, width, generator=gen).to(dtype)
+        for extra in extras:
+            note = f"{n} clip(s) of {frames} frames, {channels} channels, {height}x{width} (frames first)"
+            yield ModelInputs("", {key: clip, **extra}, "video", [note])
     if len(kernel) == 2:
         image = torch.randn(n, channels, height, width, generator=gen).to(dtype)
         for extra in extras:
@@ -321,6 +329,46 @@ def _pixel_inputs(
     for extra in extras:
         yield ModelInputs("", {key: clip, **extra}, "video", [note + " (frames first)"])
         yield ModelInputs("", {key: clip.transpose(1, 2).contiguous(), **extra}, "video", [note + " (channels first)"])
+
+
+def _frames_as_images(config: Any, video: ModelInputs) -> ModelInputs | None:
+    """``video`` laid out as a model that counts a video's features by its *image* token wants it
+    (GLM-4.1V, GLM-4.5V: each temporal step one run of image tokens between the image start and
+    end tokens, as its processor writes them); ``None`` where the two tokens are one."""
+    import torch
+
+    video_id = config_value(config, "video_token_id", "video_token_index")
+    image_id = config_value(config, "image_token_id", "image_token_index")
+    ids, grid = video.kwargs.get("input_ids"), video.kwargs.get("video_grid_thw")
+    if ids is None or grid is None or not isinstance(image_id, int) or image_id == video_id:
+        return None
+    start = config_value(config, "image_start_token_id")
+    end = config_value(config, "image_end_token_id")
+    steps = int(grid[0][0])
+    rows, types = [], []
+    for row in ids.tolist():
+        placeholders = [i for i, t in enumerate(row) if t == video_id]
+        if not placeholders or len(placeholders) % steps:
+            return None
+        per_step = len(placeholders) // steps
+        frames: list[int] = []
+        for _ in range(steps):
+            frames += (
+                ([start] if start is not None else []) + [image_id] * per_step + ([end] if end is not None else [])
+            )
+        new = row[: placeholders[0]] + frames + row[placeholders[-1] + 1 :]
+        rows.append(new)
+        types.append([2 if t == image_id else 0 for t in new])
+    kwargs = dict(video.kwargs)
+    kwargs["input_ids"] = torch.tensor(rows, dtype=ids.dtype)
+    if "mm_token_type_ids" in kwargs:
+        kwargs["mm_token_type_ids"] = torch.tensor(types, dtype=kwargs["mm_token_type_ids"].dtype)
+    if "attention_mask" in kwargs:
+        kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
+    note = f"video placeholders written as image tokens, {steps} run(s) of {per_step} (the model counts video by them)"
+    notes = [n for n in video.notes if not n.endswith(" tokens per row")]
+    notes += [f"{len(rows[0])} tokens per row", note]
+    return ModelInputs(video.entry, kwargs, video.kind, notes, fed=list(video.fed))
 
 
 def _max_text(config: Any) -> int:
@@ -373,6 +421,9 @@ def candidate_inputs(
                 video.entry = entry_path
                 video.kwargs.update(common)
                 yield video
+                other = _frames_as_images(entry.config, video)
+                if other is not None:  # a model that counts video frames by its image token (GLM-4V)
+                    yield other
     elif conv is not None and "grid_thw" in params and ("hidden_states" in params or "pixel_values" in params):
         found = True  # a vision tower alone: flattened patches and their grid
         inputs = _grid_inputs(entry, conv, {}, gen, dtype, workload)

@@ -31,12 +31,14 @@ if TYPE_CHECKING:
     from ..boundary.options import CheckOptions, Workload
     from ..model.sources import ModelSource
 
-MODALITY_KEYS = {
+MODALITY_KEYS = {  # the usual names; a model's own come from its forward (:func:`modality_keys`)
     "image": ("pixel_values",),
     "video": ("pixel_values_videos",),
     "audio": ("input_features", "input_values", "input_audio_features"),
 }
 PROCESSOR_KIND = "processor"  # input_kind of a run on the user's files or prompt
+_NOT_MEDIA = ("_mask", "_masks", "_lengths", "_sizes", "_thw")
+_AUDIO_PREFIXES = ("input_features", "input_values", "input_audio", "audio_values", "audio_features", "audio_input")
 
 
 @dataclass
@@ -49,10 +51,34 @@ class Group:
     notes: list[str] = field(default_factory=list)
 
 
+def key_modality(name: str) -> str | None:
+    """The medium an input named ``name`` carries, read from the name as models spell it:
+    ``pixel_values`` / ``pixel_values_images`` -> image, ``pixel_values_videos`` -> video,
+    ``input_features`` / ``input_values`` -> audio; ``None`` for anything else (masks, sizes)."""
+    if name.endswith(_NOT_MEDIA):
+        return None
+    if name.startswith("pixel_values"):
+        return "video" if "video" in name else "image"
+    if name.startswith(_AUDIO_PREFIXES):
+        return "audio"
+    return None
+
+
+def modality_keys(params: Any) -> dict[str, tuple[str, ...]]:
+    """The media inputs a forward takes, read from its parameter names (``inspect.signature``), in the
+    order image, video, audio: each medium with the names it is fed under (Video-LLaVA:
+    ``pixel_values_images``, ``pixel_values_videos``)."""
+    found: dict[str, list[str]] = {"image": [], "video": [], "audio": []}
+    for name in params:
+        kind = key_modality(name)
+        if kind is not None:
+            found[kind].append(name)
+    return {kind: tuple(names) for kind, names in found.items() if names}
+
+
 def taken_modalities(entry: nn.Module) -> list[str]:
     """The media ``entry``'s forward takes, in the order image, video, audio."""
-    params = inspect.signature(entry.forward).parameters
-    return [m for m, keys in MODALITY_KEYS.items() if any(k in params for k in keys)]
+    return list(modality_keys(inspect.signature(entry.forward).parameters))
 
 
 def _entry(model: nn.Module, paths: list[str]) -> tuple[str, nn.Module]:
@@ -155,12 +181,21 @@ def _processed(
     if media.kind == "audio":
         kwargs["sampling_rate"] = media.sampling_rate
     per_row = max(1, len(items) // n)
+    own_tokens = ""  # a note where the processor writes its own placeholders
     if "input_ids" in params and getattr(proc, "tokenizer", None) is not None:
         # the prompt is built here, never by the folder's chat template: a Jinja template is
         # unbounded in time and memory ('x' * 6000000000, nested loops), and the check
         # compares fused with original on the same tokens whatever the layout of the turn
-        text = _wrapped(proc, media.kind) * per_row + prompt
-        out = proc(text=[text] * n, return_tensors="pt", **kwargs)
+        ours = _wrapped(proc, media.kind) * per_row
+        try:
+            out = proc(text=[ours + prompt] * n, return_tensors="pt", **kwargs)
+        except Exception as e:  # a processor that writes its own placeholders (Florence-2): without ours
+            if not ours:
+                raise
+            out = _own_placeholders(proc, media.kind, prompt, n, kwargs, e)
+            own_tokens = (
+                f"{label}: the processor inserts its own {media.kind} tokens (with ours too: {one_line(e, limit=160)})"
+            )
     else:  # a vision tower alone: its image processor
         out = proc(**{("images" if arg == "images" else arg): items}, return_tensors="pt")
     kept: dict[str, Any] = {}
@@ -170,8 +205,8 @@ def _processed(
     text_keys = ("input_ids", "mm_token_type_ids", "token_type_ids", "attention_mask")
     order = [k for k in kept if k not in text_keys] + [k for k in text_keys if k in kept]
     kept = {k: kept[k] for k in order}  # media first, as the inputs made from the config
-    missing = [k for k in MODALITY_KEYS[media.kind] if k in out and k not in kept]
-    if not any(k in kept for k in MODALITY_KEYS[media.kind]):
+    missing = [k for k in out if key_modality(k) == media.kind and k not in kept]
+    if not any(key_modality(k) == media.kind for k in kept):
         raise CheckError(f"the processor made no {media.kind} inputs this model takes ({', '.join(missing) or 'none'})")
     if "use_cache" in params:
         kept["use_cache"] = False
@@ -184,7 +219,30 @@ def _processed(
             FedInput(label, "text", int(ids.shape[0]), f"{ids.shape[-1]} tokens", "prompt" if given else "synthetic")
         )
     inputs = ModelInputs(entry_path, kept, label, [], fed=fed)
+    if own_tokens:
+        inputs.notes.append(own_tokens)
     return inputs
+
+
+def _own_placeholders(proc: Any, kind: str, prompt: str, n: int, kwargs: dict[str, Any], error: Exception) -> Any:
+    """``proc``'s output on the prompt alone, for a processor that inserts its own ``kind`` tokens
+    (Florence-2 writes ``<image>`` before every prompt, so ours doubles it); ``error`` (the
+    first attempt's) is raised again unless the output holds the processor's own ``kind`` tokens."""
+    import torch
+
+    try:
+        out = proc(text=[prompt] * n, return_tensors="pt", **kwargs)
+    except Exception:
+        raise error from None
+    token_id = getattr(proc, f"{kind}_token_id", None)
+    token = getattr(proc, f"{kind}_token", None)
+    tok = getattr(proc, "tokenizer", None)
+    if not isinstance(token_id, int) and isinstance(token, str) and tok is not None:
+        token_id = tok.convert_tokens_to_ids(token)
+    ids = dict(out).get("input_ids")
+    if not isinstance(token_id, int) or not isinstance(ids, torch.Tensor) or not bool((ids == token_id).any()):
+        raise error
+    return out
 
 
 def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
@@ -201,10 +259,10 @@ def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
         fed.append(
             FedInput(label, "video", int(g.shape[0]), f"grid {'x'.join(map(str, g[0].tolist()))} tubelets", "synthetic")
         )
-    for key in ("pixel_values", "pixel_values_videos"):
+    for key in [k for k in kw if key_modality(k) in ("image", "video")]:
         v = kw.get(key)
         if v is not None and v.dim() >= 4 and "image_grid_thw" not in kw and "video_grid_thw" not in kw:
-            kind = "video" if (key.endswith("videos") or v.dim() == 5) else "image"
+            kind = "video" if (key_modality(key) == "video" or v.dim() == 5) else "image"
             fed.append(FedInput(label, kind, int(v.shape[0]), f"{v.shape[-1]}x{v.shape[-2]} px", "synthetic"))
     ids = kw.get("input_ids")
     if ids is not None:
@@ -215,12 +273,14 @@ def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
 def _label(inputs: ModelInputs) -> str:
     kw = inputs.kwargs
     kinds = []
-    if "pixel_values" in kw and not (kw["pixel_values"].dim() == 5 and inputs.kind == "video"):
-        kinds.append("video" if inputs.kind == "video" else "image")
-    if "pixel_values_videos" in kw:
+    for key in [k for k in kw if key_modality(k) == "image"]:
+        if not (kw[key].dim() == 5 and inputs.kind == "video"):
+            kinds.append("video" if inputs.kind == "video" else "image")
+    if any(key_modality(k) == "video" for k in kw):
         kinds.append("video")
-    if any(k in kw for k in MODALITY_KEYS["audio"]):
+    if any(key_modality(k) == "audio" for k in kw):
         kinds.append("audio")
+    kinds = list(dict.fromkeys(kinds))
     if "input_ids" in kw:
         kinds.append("text")
     return "+".join(kinds) or inputs.kind
@@ -331,7 +391,12 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
         if user and not group.candidates:
             raise CheckError(f"--{m.kind}: {name}'s processor takes no {m.kind} here ({proc_note or 'none'})")
         if not user:
-            group.candidates += [c for c in fallback if _label(c).split("+")[0] == m.kind]
+            # a video model fed through its image input (TimeSformer: clips in ``pixel_values``)
+            # takes the config's clips here too, first where the config made them first
+            clips = m.kind == "image" and "video" not in taken
+            group.candidates += [
+                c for c in fallback if _label(c).split("+")[0] == m.kind or (clips and _label(c).startswith("video"))
+            ]
         groups.append(group)
     for c in groups[0].candidates if groups and sized else []:
         c.notes.extend(dict.fromkeys(sized))
@@ -368,8 +433,20 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
         for c in g.candidates:
             if not c.fed:
                 c.fed = _fed_of(c, _label(c))
-            if c.kind not in (PROCESSOR_KIND,):
-                c.kind = _label(c)
+            # each run is named by what it feeds (the user's files: their source is in ``fed``)
+            c.kind = "+".join(dict.fromkeys(f.modality for f in c.fed)) if c.kind == PROCESSOR_KIND else _label(c)
+        if not g.candidates and "fallback" not in g.notes:
+            kind = g.label.split("+")[0]
+            why = "; ".join(g.notes) or (
+                f"the processor makes no {kind} inputs here"
+                + (" (transformers' video processors need torchvision)" if kind == "video" else "")
+                + f", and none could be made from the config ({type(entry).__name__})"
+            )
+            g.notes.append(f"{g.label}: not run ({why})")
+    if groups and user:  # the media the model takes that no given file is of
+        skipped = [k for k in taken if k not in {m.kind for m in media}]
+        given = ", ".join(f"--{m.kind}" for m in media)
+        groups[0].notes += [f"{k}: not run (only the given files are run: {given})" for k in skipped]
     return groups
 
 

@@ -287,8 +287,14 @@ def processor_for(folder: Path | None, config: Any) -> tuple[Any, str]:
         try:
             with pinned_side_files(folder) as pinned:  # the files checked, and no other (issue 32)
                 proc = AutoProcessor.from_pretrained(str(pinned), trust_remote_code=False, local_files_only=True)
-        except ImportError:  # a video processor that needs torchvision: the other parts from the files
-            return processor_from_config(config, folder)
+        except Exception as e:  # any failure falls back (a video processor that needs torchvision:
+            # ImportError, or RecursionError where its config file is absent): the other
+            # parts from the files, the rest from the config, and why in the note
+            from ..errors import one_line
+
+            why = one_line(e, first=True, named=True, limit=200)
+            proc, note = processor_from_config(config, folder)
+            return proc, f"{note}; the checkpoint's AutoProcessor failed ({why})"
         bound_sizes(proc)
         return proc, f"the checkpoint's own {type(proc).__name__}"
     if folder_has(folder, TOKENIZER_FILES):

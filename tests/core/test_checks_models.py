@@ -154,7 +154,7 @@ def test_prompt_without_tokenizer_files_uses_one_made_from_the_config(llama_dir:
     character), never replaced by synthetic text."""
     result = check(llama_dir, {"qkv": True}, prompt="a cat", **FAST)
     e = result.end_to_end
-    assert result.passed and e.input_kind == "processor" and e.input_shapes["input_ids"] == [1, 5]
+    assert result.passed and e.input_kind == "text" and e.input_shapes["input_ids"] == [1, 5]
     assert e.notes[0].startswith("text: a prompt through a tokenizer made from the config")
     assert [(f.run, f.modality, f.size, f.source) for f in e.inputs] == [("text", "text", "5 tokens", "prompt")]
 
@@ -174,6 +174,6 @@ def test_prompt_through_the_checkpoints_own_tokenizer(llama_dir: Path, tmp_path:
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
     result = check(folder, {"qkv": True}, prompt="a cat sat", **FAST)
     e = result.end_to_end
-    assert result.passed and e.input_kind == "processor" and e.input_shapes["input_ids"] == [1, 3]
+    assert result.passed and e.input_kind == "text" and e.input_shapes["input_ids"] == [1, 3]
     assert e.notes[0] == "text: a prompt through the checkpoint's own tokenizer"
     assert all(m.verified_by == "end-to-end inputs" for m in result.modules)

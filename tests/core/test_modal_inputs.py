@@ -90,7 +90,7 @@ def test_image_and_prompt_through_the_demos_processor(qwen2_vl_dir: Path, tmp_pa
                  "--prompt", "Describe", *CLI_FAST, "--json"])  # fmt: skip
     data = json.loads(capsys.readouterr().out)
     e = data["end_to_end"]
-    assert code == 0 and data["passed"] and e["input_kind"] == "processor"
+    assert code == 0 and data["passed"] and e["input_kind"] == "image+text"
     assert e["input_shapes"]["pixel_values"] == [4 * 4, 1176]  # 64x48 px -> 56x56 px: a 4 x 4 grid of 14 px
     assert e["input_shapes"]["image_grid_thw"] == [1, 3]
     assert e["inputs"] == [
@@ -116,7 +116,7 @@ def test_video_through_the_demo(tmp_path: Path, capsys) -> None:
     code = main(["check", "demo:qwen2-vl", "--fusion", "patch_embeddings", "--video", str(clip), *CLI_FAST, "--json"])
     data = json.loads(capsys.readouterr().out)
     e = data["end_to_end"]
-    assert code == 0 and data["passed"] and e["input_kind"] == "processor"
+    assert code == 0 and data["passed"] and e["input_kind"] == "video+text"
     assert e["input_shapes"]["video_grid_thw"] == [1, 3] and "pixel_values_videos" in e["input_shapes"]
     assert e["inputs"][0] == {
         "run": "video+text", "modality": "video", "count": 1, "size": "4 frames of 64x64 px", "source": "clip.mp4"
@@ -133,7 +133,7 @@ def test_audio_file_through_a_config_built_processor(folders: dict[str, Path], t
     soundfile.write(str(wav), (0.3 * np.sin(2 * np.pi * 440 * t)).astype("float32"), 8000)
     result = check(folders["qwen2_audio"], {"qkv": True}, audio=str(wav), prompt="hi", **FAST)
     e = result.end_to_end
-    assert result.passed and e.input_kind == "processor"
+    assert result.passed and e.input_kind == "audio+text"
     assert (e.inputs[0].modality, e.inputs[0].size, e.inputs[0].source) == ("audio", "1.00 s at 16000 Hz", "tone.wav")
     assert all(m.verified_by == "end-to-end inputs" for m in result.modules)
 

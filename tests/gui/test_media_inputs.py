@@ -50,7 +50,7 @@ def test_image_dropped_and_checked_end_to_end(qtbot, window, open_model, only_fu
     qtbot.waitUntil(lambda: not window.state.busy, timeout=10_000)
     result = sig.args[0]
     e = result.end_to_end
-    assert result.passed and e.input_kind == "processor" and "pixel_values" in e.input_shapes
+    assert result.passed and e.input_kind == "image+text" and "pixel_values" in e.input_shapes
     assert not media.fed.isHidden()  # shown (inside the folded workload)
     assert media.fed.text().startswith("the processor made: image+text: 1 × image 64x48 px (photo.png), 1 × text")
     cell = window.tree.model.index_for_path(PATCH, CHECK)

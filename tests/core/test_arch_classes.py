@@ -1,0 +1,299 @@
+"""Classes of architectures that once made ``fusion-core check`` fail on valid inputs (issue 34).
+
+Each test uses a tiny real model of an architecture that shows the class (seeded, built from
+its transformers config class and ``save_pretrained``), never the named checkpoint itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fusion_core.cli.main import main
+
+CLI_FAST = ["--no-upstream", "--repeats", "1", "--time-budget", "0"]
+
+
+def _save(model, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    return folder
+
+
+def falcon_h1(folder: Path) -> Path:
+    """Falcon-H1: its default ``time_step_limit=(0, inf)`` is saved as ``{"__float__": "Infinity"}``."""
+    import torch
+    from transformers import FalconH1Config, FalconH1ForCausalLM
+
+    torch.manual_seed(0)
+    config = FalconH1Config(
+        vocab_size=99, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, mamba_d_ssm=32, mamba_n_heads=2, mamba_d_head=16, mamba_n_groups=1,
+        mamba_d_state=8, mamba_chunk_size=8, max_position_embeddings=64,
+    )  # fmt: skip
+    return _save(FalconH1ForCausalLM(config).eval(), folder)
+
+
+@pytest.fixture(scope="module")
+def falcon_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return falcon_h1(tmp_path_factory.mktemp("falcon_h1") / "model")
+
+
+# -- 1. a config transformers saved with an infinite value ------------------------------------
+
+
+def test_infinity_in_a_saved_config_loads(falcon_dir: Path, capsys) -> None:
+    """``{"__float__": "Infinity"}`` reads back as transformers' own loader reads it: plan, tree and check run."""
+    assert "__float__" in (falcon_dir / "config.json").read_text()
+    from fusion_core.model.sources import config_from_dict
+
+    config = config_from_dict(json.loads((falcon_dir / "config.json").read_text()), "config.json")
+    assert tuple(config.time_step_limit) == (0.0, float("inf"))
+    assert main(["plan", str(falcon_dir), "--fusion", "qkv"]) == 0
+    assert main(["tree", str(falcon_dir)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(falcon_dir), "--fusion", "qkv", "--fusion", "gate_up", *CLI_FAST]) == 0
+    assert "PASSED" in capsys.readouterr().out
+
+
+def test_a_rejected_config_value_keeps_its_reason(falcon_dir: Path, tmp_path: Path, capsys) -> None:
+    """A value the config class truly refuses: the message says why (bounded), not only which field."""
+    data = json.loads((falcon_dir / "config.json").read_text())
+    data["time_step_limit"] = "soon"
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    assert main(["plan", str(tmp_path / "config.json"), "--fusion", "qkv"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "config values rejected by 'falcon_h1'" in err and "time_step_limit" in err
+    reason = err.split("Validation error for field 'time_step_limit':", 1)[1]
+    assert "soon" in reason and len(err) < 1_000, err
+
+
+def llava_next_video(folder: Path, *, video_file: bool = False) -> Path:
+    """LLaVA-NeXT-Video with its processor files but no ``video_preprocessor_config.json``: without
+    torchvision, ``AutoProcessor`` recurses until ``RecursionError`` (not an ImportError)."""
+    import torch
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaNextVideoConfig, LlavaNextVideoForConditionalGeneration
+
+    from fusion_core.run.processors import processor_from_config
+
+    torch.manual_seed(0)
+    config = LlavaNextVideoConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, image_size=28,
+            patch_size=7, projection_dim=16,
+        ),
+        text_config=LlamaConfig(
+            hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, vocab_size=120,
+            num_key_value_heads=2,
+        ),
+        image_token_index=110, video_token_index=111, vision_feature_layer=-1, image_grid_pinpoints=[[28, 28]],
+    )  # fmt: skip
+    _save(LlavaNextVideoForConditionalGeneration(config).eval(), folder)
+    proc, _ = processor_from_config(config)  # its image processor and a tokenizer, saved as files
+    proc.image_processor.save_pretrained(folder)
+    proc.tokenizer.save_pretrained(folder)
+    processor = {
+        "processor_class": "LlavaNextVideoProcessor",
+        "patch_size": 7,
+        "vision_feature_select_strategy": "default",
+    }
+    (folder / "processor_config.json").write_text(json.dumps(processor))
+    return folder
+
+
+def _png(path: Path) -> Path:
+    import numpy as np
+    from PIL import Image
+
+    Image.fromarray((np.random.default_rng(0).random((40, 48, 3)) * 255).astype("uint8")).save(path)
+    return path
+
+
+# -- 2. a checkpoint processor that fails with something other than ImportError ----------------
+
+
+def test_any_processor_failure_falls_back_with_its_reason(tmp_path: Path, capsys) -> None:
+    folder = llava_next_video(tmp_path / "model")
+    photo = _png(tmp_path / "photo.png")
+    code = main(["check", str(folder), "--fusion", "qkv", "--image", str(photo), *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(captured.out)
+    notes = " ".join(result["end_to_end"]["notes"])
+    assert "the checkpoint's AutoProcessor failed (RecursionError" in notes, notes
+    assert ("image+text", "image", "photo.png") in [
+        (f["run"], f["modality"], f["source"]) for f in result["end_to_end"]["inputs"]
+    ]
+
+
+def video_llava(folder: Path) -> Path:
+    """Video-LLaVA: its forward takes pixels as ``pixel_values_images`` and ``pixel_values_videos``."""
+    import torch
+    from transformers import CLIPVisionConfig, LlamaConfig, VideoLlavaConfig, VideoLlavaForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = VideoLlavaConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, image_size=28,
+            patch_size=7, projection_dim=16,
+        ),
+        text_config=LlamaConfig(
+            hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2, vocab_size=120,
+            num_key_value_heads=2, max_position_embeddings=512,
+        ),
+        image_token_index=110, video_token_index=111, vision_feature_layer=-1,
+    )  # fmt: skip
+    return _save(VideoLlavaForConditionalGeneration(config).eval(), folder)
+
+
+@pytest.fixture(scope="module")
+def video_llava_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return video_llava(tmp_path_factory.mktemp("video_llava") / "model")
+
+
+# -- 3. media inputs under other names ---------------------------------------------------------
+
+
+def test_media_input_names_come_from_the_forward(video_llava_dir: Path, tmp_path: Path, capsys) -> None:
+    """Video-LLaVA's processor returns ``pixel_values_images``: taken, and labelled an image run."""
+    photo = _png(tmp_path / "photo.png")
+    code = main(["check", str(video_llava_dir), "--fusion", "qkv", "--image", str(photo), *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert "pixel_values_images" in e["input_shapes"], e["input_shapes"]
+    assert ("image", "photo.png") in [(f["modality"], f["source"]) for f in e["inputs"]]
+    code = main(["check", str(video_llava_dir), "--fusion", "qkv", *CLI_FAST, "--json"])
+    e = json.loads(capsys.readouterr().out)["end_to_end"]
+    assert code == 0 and e["input_kind"].split(", ")[0] == "image+text", e["input_kind"]
+    assert not any("made no image inputs" in n for n in e["notes"]), e["notes"]
+    import inspect
+
+    from transformers import VideoLlavaForConditionalGeneration
+
+    from fusion_core.run.modal import modality_keys
+
+    keys = modality_keys(inspect.signature(VideoLlavaForConditionalGeneration.forward).parameters)
+    assert "pixel_values_images" in keys["image"] and keys["video"] == ("pixel_values_videos",)
+
+
+def florence2(folder: Path) -> Path:
+    """Florence-2 with its processor files: ``Florence2Processor`` writes its own ``<image>`` before each prompt."""
+    import torch
+    from PIL import Image
+    from transformers import BartConfig, Florence2Config, Florence2ForConditionalGeneration, Florence2VisionConfig
+
+    from fusion_core.run.processors import processor_from_config
+
+    torch.manual_seed(0)
+    vision = Florence2VisionConfig(
+        depths=(1, 1), patch_size=(7, 3), patch_stride=(4, 2), patch_padding=(3, 1), patch_prenorm=(False, True),
+        embed_dim=(16, 32), num_heads=(2, 2), num_groups=(2, 2), window_size=2, projection_dim=32,
+        max_temporal_embeddings=4, max_position_embeddings=8, drop_path_rate=0.0,
+    )  # fmt: skip
+    text = BartConfig(
+        vocab_size=120, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=128,
+    )  # fmt: skip
+    config = Florence2Config(vision_config=vision, text_config=text, image_token_id=110)
+    model = Florence2ForConditionalGeneration(config).eval()
+    _save(model, folder)
+    proc, _ = processor_from_config(config)  # its image processor and a tokenizer, saved as files
+    image_proc = proc.image_processor
+    image_proc.size = image_proc.crop_size = {"height": 32, "width": 32}
+    pixels = image_proc(images=[Image.new("RGB", (32, 32))], return_tensors="pt")["pixel_values"]
+    with torch.inference_mode():
+        features = model.model.get_image_features(pixel_values=pixels)
+    image_proc.image_seq_length = int(getattr(features, "pooler_output", features).shape[1])
+    image_proc.save_pretrained(folder)
+    proc.tokenizer.save_pretrained(folder)
+    (folder / "processor_config.json").write_text(json.dumps({"processor_class": "Florence2Processor"}))
+    return folder
+
+
+# -- 4. a processor that inserts its own image tokens ------------------------------------------
+
+
+def test_a_processor_writing_its_own_image_token_gets_no_second(tmp_path: Path, capsys) -> None:
+    folder = florence2(tmp_path / "model")
+    photo = _png(tmp_path / "photo.png")
+    code = main(["check", str(folder), "--fusion", "qkv", "--image", str(photo), *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert "pixel_values" in e["input_shapes"] and e["passed"], e
+    assert any("the processor inserts its own image tokens" in n for n in e["notes"]), e["notes"]
+    code = main(["check", str(folder), "--fusion", "qkv", *CLI_FAST, "--json"])
+    e = json.loads(capsys.readouterr().out)["end_to_end"]
+    assert code == 0 and any("through the checkpoint's own Florence2Processor" in n for n in e["notes"]), e["notes"]
+
+
+# -- 5. labels say what was fed ----------------------------------------------------------------
+
+
+def test_labels_name_what_was_fed_and_each_modality_not_run(video_llava_dir: Path, tmp_path: Path, capsys) -> None:
+    """``input_kind`` names the modalities fed (a run on the user's image is ``image+text``), and the
+    video Video-LLaVA takes, which got no run, has a "not run" line with its reason (CLI and JSON)."""
+    photo = _png(tmp_path / "photo.png")
+    code = main(["check", str(video_llava_dir), "--fusion", "qkv", "--image", str(photo), *CLI_FAST, "--json"])
+    e = json.loads(capsys.readouterr().out)["end_to_end"]
+    assert code == 0 and e["input_kind"] == "image+text", e["input_kind"]
+    assert "video: not run (only the given files are run: --image)" in e["notes"], e["notes"]
+    code = main(["check", str(video_llava_dir), "--fusion", "qkv", *CLI_FAST])
+    out = capsys.readouterr().out
+    assert code == 0 and "inputs: video+text: not run (the processor makes no video inputs here" in out, out
+
+
+# -- a video classifier patching each frame with a Conv2d, without processor files ------------
+
+
+def test_a_per_frame_video_classifier_gets_a_clip_from_its_config(tmp_path: Path, capsys) -> None:
+    """TimeSformer's forward wants 5-D clips although its patch embedding is a Conv2d: a clip of the
+    config's ``num_frames`` runs end to end, labelled video."""
+    import torch
+    from transformers import TimesformerConfig, TimesformerForVideoClassification
+
+    torch.manual_seed(0)
+    config = TimesformerConfig(
+        image_size=32, patch_size=8, num_frames=4, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=37, num_labels=3,
+    )  # fmt: skip
+    folder = _save(TimesformerForVideoClassification(config).eval(), tmp_path / "model")
+    code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err + captured.out[-2000:]
+    e = json.loads(captured.out)["end_to_end"]
+    assert e["input_kind"] == "video" and e["input_shapes"]["pixel_values"] == [1, 4, 3, 32, 32], e
+
+
+# -- a model that counts a video's features by its image token ---------------------------------
+
+
+def test_glm4v_video_runs_with_the_tokens_the_model_counts(tmp_path: Path, capsys) -> None:
+    """GLM-4V counts video features by the image token, one run per temporal step: its video runs."""
+    import torch
+    from transformers import Glm4vConfig, Glm4vForConditionalGeneration
+
+    torch.manual_seed(0)
+    rope = {"rope_type": "default", "mrope_section": [1, 1, 2], "partial_rotary_factor": 0.5, "rope_theta": 10000.0}
+    config = Glm4vConfig(
+        text_config=dict(
+            vocab_size=160, hidden_size=32, intermediate_size=37, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, rope_parameters=rope,
+        ),
+        vision_config=dict(
+            depth=1, hidden_size=32, intermediate_size=37, num_heads=2, out_hidden_size=32, patch_size=14,
+            spatial_merge_size=2, temporal_patch_size=2, image_size=56,
+        ),
+        image_token_id=150, video_token_id=151, image_start_token_id=152, image_end_token_id=153,
+        video_start_token_id=154, video_end_token_id=155,
+    )  # fmt: skip
+    folder = _save(Glm4vForConditionalGeneration(config).eval(), tmp_path / "model")
+    code = main(["check", str(folder), "--fusion", "patch_embeddings", "--fusion", "qkv", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert e["input_kind"] == "image+text, video+text" and "pixel_values_videos" in e["input_shapes"], e
+    assert not any("not run" in n for n in e["notes"]), e["notes"]
