@@ -49,6 +49,8 @@ VOLATILE = {
     "transformers_version",
     "torch_version",
     "cpu",
+    # a plan's source identity: absolute folders and the weights' SHA-256 (test_plan_file.py checks them)
+    "identity",
     "jobs",
     "threads",
     "detail",

@@ -44,6 +44,8 @@ SERVED_TODAY = {
     "unregister",
     "close",
     "compare",
+    "save_plan",
+    "read_plan",
 }
 
 
