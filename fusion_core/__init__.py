@@ -51,6 +51,7 @@ _API: dict[str, str] = {
     **dict.fromkeys(
         ("FusionPlan", "Inspection", "inspect_model", "validate_fusion_config"), "fusion_core.plan.fusion_plan"
     ),
+    **dict.fromkeys(("identity_of", "plan_document", "plan_from_file"), "fusion_core.plan.plan_file"),
     **dict.fromkeys(("LoadResult", "iter_load", "load", "load_plain"), "fusion_core.run.loading"),
     **dict.fromkeys(("CheckResult", "check", "iter_check"), "fusion_core.run.checks"),
     **dict.fromkeys(("ExportResult", "ExportVerification", "iter_export"), "fusion_core.export.pipeline"),
