@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from fusion_core.boundary.options import DTYPES, CheckOptions, OptionError
+from fusion_core.run.check_text import share_text, speed_text
 
 from .. import style
 from ..charts import ChecksChart
@@ -106,7 +107,7 @@ def _row(name: str, classes: str, verified_by: str, comp: Any, timing: Any, pass
         "verdict": timing.verdict if timing is not None else "",
         "noise_low": timing.noise_low if timing is not None else None,
         "noise_high": timing.noise_high if timing is not None else None,
-        "speedup_text": timing.verdict_text() if timing is not None else "",
+        "speedup_text": speed_text(timing),  # the CLI's and the report's words
         "note": note,
     }
 
@@ -119,7 +120,7 @@ def check_rows(result: CheckResult) -> tuple[list[dict[str, Any]], dict[str, Any
         row = _row(m.path, f"{m.original_class} → {m.fused_class}", m.verified_by or "not verified", m.comparison,
                    m.timing, m.passed, note)  # fmt: skip
         row["share"] = m.share_of_end_to_end
-        row["share_text"] = _share_text(m.share_of_end_to_end, m.share_low, m.share_high)
+        row["share_text"] = share_text(m.share_of_end_to_end, m.share_low, m.share_high)
         rows.append(row)
     e = result.end_to_end
     end = None
@@ -129,14 +130,6 @@ def check_rows(result: CheckResult) -> tuple[list[dict[str, Any]], dict[str, Any
         end["share"] = 1.0
         end["share_text"] = "100%"
     return rows, end
-
-
-def _share_text(share: float | None, low: float | None, high: float | None) -> str:
-    if share is None:
-        return ""
-    if low is None or high is None:
-        return f"{share:.1%}"
-    return f"{share:.1%} [{low:.1%}, {high:.1%}]"
 
 
 def _style_row(row: dict[str, Any], column: int, role: int) -> Any:
