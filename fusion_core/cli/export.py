@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
         ),
     )
     p.add_argument(
-        "model", help="a model folder (or demo:<name>, or a cached hub id) with safetensors weights; "
+        "model", nargs="?", help="a model folder (or demo:<name>, or a cached hub id) with safetensors weights; "
         "with --plan, OUT alone (or MODEL OUT: where the planned model is now)",
     )  # fmt: skip
     p.add_argument("out", nargs="?", help="the folder to create")
@@ -89,6 +89,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         on_wrong_load=args.on_wrong_load,
         max_memory=args.max_memory,
     )
+    if args.model is None:
+        raise UsageError("export: give MODEL and OUT, or --plan PLAN.json OUT (OUT: the folder to create)")
     if args.plan:
         if args.out is None:  # export --plan PLAN.json OUT
             args.model, args.out = None, args.model

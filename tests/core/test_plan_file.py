@@ -118,3 +118,9 @@ def test_a_relative_folder_is_recorded_by_its_absolute_path(
     plan = _write(tmp_path, doc)
     monkeypatch.chdir(llama_dir)
     assert main(["check", "--plan", str(plan), *FAST]) == 0
+
+
+def test_export_plan_without_out_says_what_to_give(llama_dir: Path, tmp_path: Path, capsys) -> None:
+    plan = _write(tmp_path, _plan(capsys, "demo:llama", "qkv"))
+    assert main(["export", "--plan", str(plan)]) == 2
+    assert "give MODEL and OUT, or --plan PLAN.json OUT" in capsys.readouterr().err
