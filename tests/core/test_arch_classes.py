@@ -10,16 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+from _check_models import _save
 
 from fusion_core.cli.main import main
 
 CLI_FAST = ["--no-upstream", "--repeats", "1", "--time-budget", "0"]
-
-
-def _save(model, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    return folder
 
 
 def falcon_h1(folder: Path) -> Path:
