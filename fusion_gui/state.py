@@ -179,8 +179,7 @@ class AppState(QObject):
         spec = spec.strip()
         if not spec:
             return None
-        if self.jobs.busy:
-            self.error_raised.emit("Busy", f"Wait for the {self.jobs.current.name} job to finish, or cancel it.", "")
+        if self._refused_while_busy():
             return None
         job = self._start(
             "open",
@@ -193,6 +192,12 @@ class AppState(QObject):
         job.failed.connect(lambda e: self._on_open_error(spec, e))
         self.opening.emit(spec)
         return job
+
+    def _refused_while_busy(self) -> bool:
+        """True (and the user told to wait or cancel) when a job runs: one job at a time."""
+        if self.jobs.busy:
+            self.error_raised.emit("Busy", f"Wait for the {self.jobs.current.name} job to finish, or cancel it.", "")
+        return self.jobs.busy
 
     def show_cached(self, spec: str) -> bool:
         """Show ``spec`` from the model cache (plain data; torch is not imported), if it has a valid entry.
@@ -562,8 +567,7 @@ class AppState(QObject):
     def open_plan(self, path: Path) -> Job[PlanFileInfo] | None:
         """Read a plan file, check its model is the one it was made from, then open that model
         (unless it is open) with exactly the plan's families, in its order."""
-        if self.jobs.busy:
-            self.error_raised.emit("Busy", f"Wait for the {self.jobs.current.name} job to finish, or cancel it.", "")
+        if self._refused_while_busy():
             return None
         job = self._start(
             "open plan", READ_PLAN, ReadPlanParams(str(path)), f"Checking the plan {path.name}",

@@ -212,11 +212,8 @@ def planned(args: argparse.Namespace, command: str) -> Any:
         raise UsageError(f"{command}: --plan already says which families run; drop --fusion")
     from .output import ByteBar
 
-    bar = ByteBar("hashing the weights (are they the planned ones?)")
-    try:
+    with ByteBar("hashing the weights (are they the planned ones?)") as bar:
         return plan_from_file(args.plan, args.model, trust_remote_code=args.trust_remote_code, hashed=bar)
-    finally:
-        bar.close()
 
 
 def _check_table(rows: list[tuple]) -> list[str]:

@@ -242,11 +242,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             from ..plan.plan_file import plan_document
             from .output import ByteBar
 
-            bar = ByteBar("hashing the weights (the plan's identity)")
-            try:
+            with ByteBar("hashing the weights (the plan's identity)") as bar:
                 document = plan_document(plan, bar)  # with its source's identity: `check --plan` runs exactly it
-            finally:
-                bar.close()
             print_json(document)
         else:
             from ..boundary.convert import to_plain

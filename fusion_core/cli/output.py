@@ -89,11 +89,17 @@ def strict_json(value: Any) -> Any:
 
 class ByteBar:
     """A tqdm bar of bytes on a terminal (hashing a checkpoint's weights), nothing otherwise;
-    called with each chunk's size."""
+    called with the bytes done and the total. A context manager: the bar is closed on exit."""
 
     def __init__(self, desc: str) -> None:
         self.desc = desc
         self.bar: Any = None
+
+    def __enter__(self) -> ByteBar:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:

@@ -64,9 +64,9 @@ def identity_of(source: ModelSource, hashed: Hashed | None = None) -> SourceIden
     files: list[WeightFile] = []
     if source.checkpoint is not None and source.folder is not None:
         paths = [Path(source.folder) / name for name in sorted(source.checkpoint.files)]
-        counter = _Counter(sum(p.stat().st_size for p in paths), hashed)
-        for path in paths:
-            files.append(WeightFile(path.name, path.stat().st_size, _sha256(path, counter)))
+        sizes = [p.stat().st_size for p in paths]
+        counter = _Counter(sum(sizes), hashed)
+        files = [WeightFile(p.name, size, _sha256(p, counter)) for p, size in zip(paths, sizes)]
     # a folder by its absolute path: the file may be read from another working directory
     spec = str(Path(source.folder).resolve()) if source.kind == "folder" and source.folder is not None else source.spec
     return SourceIdentity(spec, _qualname(source), _config_digest(source), tuple(files))
@@ -162,7 +162,8 @@ def _same_source(expected: SourceIdentity, source: ModelSource, plan_name: str, 
         raise PlanMismatchError(f"{plan_name}: the model's config changed since the plan")
     names = sorted(source.checkpoint.files) if source.checkpoint is not None else []
     planned = {f.name: f for f in expected.files}
-    for extra in (n for n in names if n not in planned):
+    extra = next((n for n in names if n not in planned), None)
+    if extra is not None:
         raise PlanMismatchError(f"{plan_name}: {printable(extra)} was added to the model since the plan")
     for name, f in planned.items():
         if name not in names or source.folder is None:

@@ -40,6 +40,7 @@ from ..errors import Cancelled, CheckError
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from .capture import shapes_of
 from .loading import load_original, unpolluted, upstream_fusion_suspended
+from .machine import this_machine
 from .results import (
     FLOOR_FACTOR,
     MIN_VERDICT_ROUNDS,
@@ -170,18 +171,11 @@ def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, N
             time_budget=options.timing.budget_s,
             max_memory=options.max_memory,
             generate=options.generate,
-            cpu=_cpu(),
+            cpu=this_machine().brief(),
         )
     finally:
         torch.set_num_threads(saved_threads)
     return result
-
-
-def _cpu() -> str:
-    from .machine import this_machine
-
-    m = this_machine()
-    return f"{m.cpu} ({m.cpu_class}; torch dispatches {m.capability})"
 
 
 def _run(plan: FusionPlan, options: CheckOptions, rebuilt: str) -> Generator[Progress, None, CheckResult]:

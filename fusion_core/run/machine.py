@@ -55,6 +55,10 @@ class Machine:
             return "Arm"
         return "other"
 
+    def brief(self) -> str:
+        """The CPU and its class, as a check's workload line names it."""
+        return f"{self.cpu} ({self.cpu_class}; torch dispatches {self.capability})"
+
     def line(self) -> str:
         """One line for a benchmark's header or a check's workload."""
         isa = ", ".join(self.isa) or "no vector flags read"
