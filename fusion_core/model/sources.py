@@ -247,7 +247,9 @@ def config_from_dict(
             f"{where}: unknown model_type {quoted(model_type)}: this transformers does not know it{custom} "
             "(upgrade transformers, or check the config)"
         )
-    data = decode_special_floats(data)
+    # transformers writes floats JSON cannot hold as {"__float__": "Infinity"} (Falcon-H1's
+    # time_step_limit) and decodes them in from_pretrained, not in from_dict: its own decoder here
+    data = CONFIG_MAPPING[model_type]._decode_special_floats(data)
     check_model_size(data, where)
     check_config_costs(data, where)
     if files:
@@ -266,27 +268,6 @@ def config_from_dict(
 
 #: the most characters of a config class's own reason a rejection quotes (its whole report, bounded)
 REJECTED_LIMIT = 600
-
-#: the floats JSON cannot hold, as transformers writes them in ``config.json`` (``{"__float__": "Infinity"}``)
-_SPECIAL_FLOATS = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
-
-
-def decode_special_floats(value: Any) -> Any:
-    """``value`` with transformers' tagged floats read back as floats, as its own loader does.
-
-    transformers saves a config value JSON cannot hold (``time_step_limit=(0, inf)`` of
-    Falcon-H1, Bamba, Nemotron-H) as ``{"__float__": "Infinity"}`` and decodes it in
-    ``from_pretrained``, not in ``from_dict``: the same decoding here (only those three
-    tags; any other object is left as it is).
-    """
-    if isinstance(value, dict):
-        tag = value.get("__float__") if len(value) == 1 else None
-        if isinstance(tag, str) and tag in _SPECIAL_FLOATS:
-            return _SPECIAL_FLOATS[tag]
-        return {k: decode_special_floats(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [decode_special_floats(v) for v in value]
-    return value
 
 
 def _named(files: list[str], most: int = 8) -> str:
