@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from ..text import printable
@@ -65,7 +66,20 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count; 0: in this process)")
     p.add_argument("--only", action="append", default=[], metavar="MODEL_TYPE", help="scan only these types")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="limit per model type (default 30)")
+    p.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS", help="limit per model type (default 30; --check 240)"
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="build a tiny random model of each type with a fusable module and check it end to end",
+    )
+    p.add_argument("--types", default="", metavar="T,...", help="only these model types (comma-separated)")
+    p.add_argument("--workers", type=int, default=None, metavar="N", help="same as --jobs")
+    p.add_argument("--resume", action="store_true", help="--check: keep an interrupted run's answers, check the rest")
+    p.add_argument(
+        "--markdown", default=None, metavar="PATH", help="--check: also write the report page (docs/coverage.md)"
+    )
     p.set_defaults(func=cmd_coverage)
 
 
@@ -428,12 +442,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_coverage(args: argparse.Namespace) -> int:
     """``coverage [--family NAME] [--only TYPE] [--jobs N] [--json]``: which types each family fits."""
     from ..coverage.scan import DEFAULT_TIMEOUT, coverage_scan, format_report
+    from ..errors import UsageError
     from .output import run_with_progress
 
+    jobs = args.workers if args.workers is not None else args.jobs
+    only = [*args.only, *(t.strip() for t in args.types.split(",") if t.strip())] or None
+    if args.check:
+        return _coverage_check(args, jobs, only)
+    if args.resume or args.markdown:
+        raise UsageError(f"{'--resume' if args.resume else '--markdown'} goes with --check")
     gen = coverage_scan(
         args.family or None,
-        args.jobs,
-        args.only or None,
+        jobs,
+        only,
         timeout=DEFAULT_TIMEOUT if args.timeout is None else args.timeout,
     )
     report = run_with_progress(gen, "coverage")
@@ -441,4 +462,26 @@ def cmd_coverage(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         say(format_report(report))
+    return 0
+
+
+def _coverage_check(args: argparse.Namespace, jobs: int | None, only: list[str] | None) -> int:
+    """``coverage --check``: tiny models checked end to end; progress with an ETA on stderr."""
+    from ..coverage.check_run import DEFAULT_CHECK_TIMEOUT, coverage_check, format_check, markdown
+    from ..errors import UsageError
+    from .output import run_with_progress
+
+    if args.family:
+        raise UsageError("--family does not go with --check: every family that applies is checked")
+    gen = coverage_check(
+        only, jobs, timeout=DEFAULT_CHECK_TIMEOUT if args.timeout is None else args.timeout, resume=args.resume
+    )
+    report = run_with_progress(gen, "coverage --check", lines=True)
+    if args.markdown:
+        command = "fusion-core coverage --check" + (f" --types {','.join(only)}" if only else "")
+        Path(args.markdown).write_text(markdown(report, command), encoding="utf-8")
+    if args.json:
+        print_json(report)
+    else:
+        say(format_check(report))
     return 0

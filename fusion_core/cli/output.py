@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from typing import Any, TypeVar
 
 from .. import text as _text
@@ -116,10 +117,23 @@ class ByteBar:
             self.bar.close()
 
 
-def run_with_progress(gen: ProgressGenerator[T], desc: str = "", quiet: bool = False) -> T:
-    """Drive a progress generator with a tqdm bar on a terminal, silently otherwise."""
+def run_with_progress(gen: ProgressGenerator[T], desc: str = "", quiet: bool = False, lines: bool = False) -> T:
+    """Drive a progress generator with a tqdm bar on a terminal, silently otherwise.
+
+    With ``lines``, a long operation off a terminal (a log, CI) prints a progress line on
+    stderr every 30 seconds instead of staying silent.
+    """
     if quiet or not sys.stderr.isatty():
-        return drive(gen)
+        if not lines or quiet:
+            return drive(gen)
+        last = [time.monotonic()]
+
+        def line(p: Progress) -> None:
+            if time.monotonic() - last[0] >= 30 and p.total:
+                last[0] = time.monotonic()
+                print(f"{desc}: {p.done}/{p.total} {printable(p.message)[:80]}", file=sys.stderr, flush=True)
+
+        return drive(gen, line)
     from tqdm import tqdm
 
     bar = tqdm(total=0, desc=desc, unit="step", leave=False, file=sys.stderr)

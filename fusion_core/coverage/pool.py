@@ -39,10 +39,16 @@ def scan_in_pool(
     jobs: int,
     timeout: float,
     results: dict[str, dict[str, Any]],
+    *,
+    task: Any = None,
+    build: bool = False,
 ) -> Generator[Progress, None, None]:
     """Scan ``types`` in ``jobs`` worker processes into ``results`` (model type -> result dict).
 
     Yields progress while waiting. Closing the generator (cancel) terminates the workers.
+    ``task`` is what each worker runs on a chunk of types (default: the meta scan,
+    :func:`fusion_core.coverage.worker.scan_types`); ``build`` prepares workers that build
+    real models (:func:`fusion_core.coverage.worker.init_worker`).
 
     Raises:
         FusionError: the worker processes cannot start at all.
@@ -72,9 +78,9 @@ def scan_in_pool(
                 max_workers=1 if solo else min(jobs, len(batch)),
                 mp_context=ctx,
                 initializer=init_worker,
-                initargs=(files, heartbeat, _fault_hook),
+                initargs=(files, heartbeat, _fault_hook, build),
             )
-            futures = {pool.submit(scan_types, chunk, family_names, timeout): chunk for chunk in batch}
+            futures = {pool.submit(task or scan_types, chunk, family_names, timeout): chunk for chunk in batch}
             run = _Run()
             try:
                 while futures and not run.broken:

@@ -27,7 +27,9 @@ class TypeTimeout(Exception):
     """Raised inside a worker when one model type takes longer than its budget."""
 
 
-def init_worker(family_files: Sequence[str] = (), heartbeat: Any = None, hook: str | None = None) -> None:
+def init_worker(
+    family_files: Sequence[str] = (), heartbeat: Any = None, hook: str | None = None, build: bool = False
+) -> None:
     """Prepare a worker process: quiet output, transformers imported, init switched off.
 
     Args:
@@ -36,6 +38,8 @@ def init_worker(family_files: Sequence[str] = (), heartbeat: Any = None, hook: s
             of each type, so the parent knows what a hung or dead worker was doing.
         hook: ``"module:function"`` called with each model type before it is scanned
             (fault injection for the scan's tests: ``pool._fault_hook``, never set otherwise).
+        build: the worker builds real models (``coverage --check``): weight initialization
+            stays on, and torch uses one thread (the workers share the CPUs).
     """
     # Model code may print; the parent's stdout can be JSON output.
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -47,7 +51,7 @@ def init_worker(family_files: Sequence[str] = (), heartbeat: Any = None, hook: s
     if hook:  # first: a hook that cannot be imported stops the worker before the heavy imports
         mod_name, _, func = hook.partition(":")
         _state["hook"] = getattr(importlib.import_module(mod_name), func)
-    import torch  # noqa: F401 - imported once per worker, on purpose
+    import torch
     import transformers  # noqa: F401
     from transformers.initialization import no_init_weights
     from transformers.utils import logging as hf_logging
@@ -55,7 +59,10 @@ def init_worker(family_files: Sequence[str] = (), heartbeat: Any = None, hook: s
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     stack = contextlib.ExitStack()
-    stack.enter_context(no_init_weights())
+    if build:
+        torch.set_num_threads(1)
+    else:
+        stack.enter_context(no_init_weights())
     _state["stack"] = stack
     _state["heartbeat"] = heartbeat
     if family_files:
@@ -65,19 +72,39 @@ def init_worker(family_files: Sequence[str] = (), heartbeat: Any = None, hook: s
             load_family_file(path)
 
 
+def heartbeat(model_type: str) -> None:
+    """Tell the parent which type this worker starts (and run the fault hook of the tests)."""
+    queue = _state["heartbeat"]
+    if queue is not None:
+        queue.put((os.getpid(), model_type, time.time()))
+
+
 def scan_types(model_types: Sequence[str], family_names: Sequence[str], timeout: float) -> list[dict[str, Any]]:
     """Scan ``model_types`` one after the other (the task a worker runs)."""
     out = []
     for model_type in model_types:
-        queue = _state["heartbeat"]
-        if queue is not None:
-            queue.put((os.getpid(), model_type, time.time()))
+        heartbeat(model_type)
         out.append(scan_type(model_type, family_names, timeout))
     return out
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
     raise TypeTimeout()
+
+
+@contextlib.contextmanager
+def alarm(timeout: float) -> Any:
+    """Raise :class:`TypeTimeout` in this (main) thread after ``timeout`` seconds (0: never)."""
+    use = timeout > 0 and hasattr(signal, "setitimer")
+    if use:
+        previous = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        yield
+    finally:
+        if use:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 def scan_type(model_type: str, family_names: Sequence[str], timeout: float) -> dict[str, Any]:
@@ -88,42 +115,35 @@ def scan_type(model_type: str, family_names: Sequence[str], timeout: float) -> d
     """
     t0 = time.perf_counter()
     result: dict[str, Any] = {"model_type": model_type, "status": "ok", "model_class": "", "class_source": ""}
-    use_alarm = timeout > 0 and hasattr(signal, "setitimer")
-    if use_alarm:
-        previous = signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
     stage = "config"
     try:
-        if _state["hook"] is not None:
-            _state["hook"](model_type)
-        from transformers import CONFIG_MAPPING
+        with alarm(timeout):
+            if _state["hook"] is not None:
+                _state["hook"](model_type)
+            from transformers import CONFIG_MAPPING
 
-        from ..model.classes import resolve_model_class
+            from ..model.classes import resolve_model_class
 
-        config = CONFIG_MAPPING[model_type]()
-        stage = "class"
-        cls, source = resolve_model_class(config)
-        result["model_class"], result["class_source"] = cls.__name__, source
-        stage = "init"
-        import torch
+            config = CONFIG_MAPPING[model_type]()
+            stage = "class"
+            cls, source = resolve_model_class(config)
+            result["model_class"], result["class_source"] = cls.__name__, source
+            stage = "init"
+            import torch
 
-        with torch.device("meta"):
-            model = cls(config)
-        stage = "discovery"
-        named = list(model.named_modules())
-        result["modules"] = len(named)
-        result["families"] = {name: _discover(model, named, config, name) for name in family_names}
-        result["convolutions"] = _convolutions(named, result["families"])
+            with torch.device("meta"):
+                model = cls(config)
+            stage = "discovery"
+            named = list(model.named_modules())
+            result["modules"] = len(named)
+            result["families"] = {name: _discover(model, named, config, name) for name in family_names}
+            result["convolutions"] = _convolutions(named, result["families"])
     except TypeTimeout:
         result.update(_failure("timeout", "TimeoutError", f"took longer than {timeout:g} s ({stage} stage)"))
     except BaseException as e:  # a model's own failure of any kind is a result, not a crash
         if isinstance(e, KeyboardInterrupt):
             raise
         result.update(_failure(stage, type(e).__name__, str(e)))
-    finally:
-        if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
     result["seconds"] = round(time.perf_counter() - t0, 4)
     return result
 

@@ -1,0 +1,426 @@
+"""Tiny random models of any architecture: a default config shrunk, keeping its ratios.
+
+``coverage --check`` (:mod:`fusion_core.coverage.checked`) needs a model of every type
+transformers ships, small enough to build, save and check in seconds. Transformers' own
+test suite has a hand-written tiny config per model, but it is not installed with the
+package; so the default config is shrunk here, by rules on its field names, in its plain
+(dict) form, and built back through the config class, whose own validation then runs:
+
+- **depth**: layer counts to at most 2 (per-layer lists cut to match, keeping every kind
+  of layer; layer indices clamped into range), stage depths to 1;
+- **width**: 4 attention heads (key/value heads 1 or 2, so grouping still divides), head
+  size 16 (rotary sections scaled with it), hidden size heads x head size, feed-forward
+  and every other width scaled by the same factor (a width another config quotes, a
+  projector's output for instance, follows the config it quotes);
+- **experts**: at most 4, 2 per token, one group;
+- **vocabulary**: 1024 tokens; special token ids beyond it move to its top.
+
+Image sizes and patch sizes are kept: the image-token counts a config states (576 for a
+336 px CLIP tower) stay right, and with a width of 64 the compute is small anyway.
+
+:func:`tiny_configs` yields the shrunk config and then fallbacks that shrink less (depth
+and experts only), for a caller that finds the first one cannot be built or run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Iterator
+from typing import Any
+
+HEADS = 4
+HEAD_DIM = 16
+MAX_LAYERS = 2
+MAX_EXPERTS = 4
+VOCAB = 1024
+
+_WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "hidden_dim", "dim", "model_dim", "width")
+_HEAD_KEYS = (
+    "num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads", "attention_heads",
+    "decoder_attention_heads", "n_attention_heads",
+)  # fmt: skip
+_KV_KEYS = ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv")
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
+_PER_TOKEN_KEYS = ("num_experts_per_tok", "moe_k", "moe_topk", "num_experts_per_token", "top_k", "moe_top_k")
+_GROUP_KEYS = ("n_group", "topk_group", "num_expert_group", "topk_groups")
+_LAYER_RE = re.compile(
+    r"^(num_(hidden_|encoder_|decoder_|text_|vision_)?layers|n_layers?|(encoder|decoder|text|vision)_layers"
+    r"|num_hidden_layers_.*|depth|num_blocks)$"
+)
+_INDEX_RE = re.compile(r"(layer|block).*(ind|idx|index|indexes|indices)|(ind|idx|index|indexes|indices)$|_layers$")
+_HEAD_DIM_RE = re.compile(r"(^|_)(head_dim|dim_head|rope_head_dim|nope_head_dim|rotary_dim)$")
+_FFN_RE = re.compile(r"intermediate|ffn|(^|_)d_ff$|^n_inner$|feedforward|mlp_dim|lora_rank")
+_WIDTHISH_RE = re.compile(r"(hidden|dim|size|channels)")
+_NOT_WIDTH_RE = re.compile(
+    r"vocab|image|patch|position|window|chunk|kernel|max_|^num_|sampling|pool|stride|token|length|"
+    r"bins|frames|temporal|merge|mel|spatial|batch|codebook_size|rope|cache|seq|crop"
+)  # fmt: skip
+_SSM_RE = re.compile(r"(mamba|ssm|linear)_?(d_ssm|n_heads|num_heads|expand_dim)$|^mamba_d_ssm$")
+_SSM_HEADS_RE = re.compile(r"heads$")
+_CHANNELS_RE = re.compile(r"(^|_)(channels?|filters|channel_list|dims?)$|channels$")
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _first(d: dict[str, Any], keys: tuple[str, ...]) -> tuple[str | None, int | None]:
+    for k in keys:
+        if _int(d.get(k)) and d[k] > 0:
+            return k, d[k]
+    return None, None
+
+
+def _round_up(value: float, multiple: int) -> int:
+    return max(multiple, math.ceil(value / multiple) * multiple)
+
+
+def _sub_dicts(d: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The nested config dicts of ``d`` (sub-configs carry a ``model_type``)."""
+    for value in d.values():
+        if isinstance(value, dict) and ("model_type" in value or any(k in value for k in _WIDTH_KEYS)):
+            yield value
+
+
+def _plan_width(d: dict[str, Any], widths: dict[int, int], head_size: int) -> dict[str, Any]:
+    """Decide one config's new heads, head size and width (recorded in ``widths``); return the decisions.
+
+    Its width is the smallest of its width fields that its heads divide (a vision tower's
+    ``embed_dim``, not the ``hidden_size`` it projects to); a width another config already
+    shrank keeps that config's new value, so widths that must match still do.
+    """
+    hkey, heads = _first(d, _HEAD_KEYS)
+    candidates = [(d[k], k) for k in _WIDTH_KEYS if _int(d.get(k)) and d[k] > 0]
+    if not candidates:
+        return {}
+    fits = [(w, k) for w, k in candidates if heads and w % heads == 0 and 8 <= w // heads <= 512]
+    width, wkey = min(fits or candidates)
+    head_dim = d.get("head_dim") if _int(d.get("head_dim")) and d.get("head_dim") else None
+    if heads and not head_dim:
+        head_dim = width // heads if width % heads == 0 else None
+    new_heads = min(heads, HEADS) if heads else None
+    new_head_dim = min(head_dim, head_size) if head_dim else None
+    if width in widths:
+        new_width = widths[width]
+        if new_heads and new_width % new_heads == 0 and head_dim and head_dim * heads == width:
+            new_head_dim = new_width // new_heads
+    elif heads and head_dim and new_heads and new_head_dim:
+        inner = heads * head_dim
+        new_width = (
+            new_heads * new_head_dim if inner == width else _round_up(width * new_heads * new_head_dim / inner, 8)
+        )
+    else:
+        new_width = min(width, HEADS * head_size)
+    new_width = min(new_width, width)
+    widths.setdefault(width, new_width)
+    return {
+        "width_key": wkey,
+        "width": width,
+        "new_width": new_width,
+        "heads_key": hkey,
+        "heads": heads,
+        "new_heads": new_heads,
+        "head_dim": head_dim,
+        "new_head_dim": new_head_dim,
+    }
+
+
+def _is_indices(value: Any) -> bool:
+    """Distinct increasing ints: layer indices (``moe_layers``), not one flag per layer."""
+    return all(_int(v) for v in value) and all(a < b for a, b in itertools.pairwise(value))
+
+
+def _shrink_depth(d: dict[str, Any]) -> dict[str, int]:
+    """Layer counts cut in ``d``; returns ``{key: old count}``."""
+    staged = isinstance(d.get("depths"), (list, tuple))  # stages: its layer count counts stages
+    old_layers = {}
+    for key, value in list(d.items()):
+        if _int(value) and value > MAX_LAYERS and _LAYER_RE.match(key) and not staged:
+            old_layers[key] = value
+        elif key in ("depths", "blocks_per_stage", "stage_num_blocks", "stage_numb_of_layers") and isinstance(
+            value, (list, tuple)
+        ):
+            d[key] = type(value)(min(1, v) if _int(v) else v for v in value)
+    counts = set(old_layers.values())
+    per_layer = [
+        k for k, v in d.items() if isinstance(v, (list, tuple)) and v and len(v) in counts and not _is_indices(v)
+    ]
+    kinds = max((len({repr(x) for x in d[k]}) for k in per_layer), default=1)
+    outputs = [d[k] for k in ("out_indices", "_out_indices") if isinstance(d.get(k), (list, tuple))]
+    n = max(MAX_LAYERS, min(kinds, 4), *(min(len(o), 4) for o in outputs))  # backbone outputs stay distinct
+    for key in old_layers:
+        d[key] = min(n, old_layers[key])
+    for key in per_layer:  # one entry per layer: one of each kind first, in their order
+        value = d[key]
+        firsts = [i for i, x in enumerate(value) if repr(x) not in {repr(y) for y in value[:i]}]
+        picked = sorted((firsts + [i for i in range(len(value)) if i not in firsts])[:n])
+        d[key] = type(value)(value[i] for i in picked)
+    if counts:
+        old = max(counts)
+        for key, value in list(d.items()):
+            if key in old_layers or key in per_layer:
+                continue
+            if isinstance(value, (list, tuple)) and value and all(_int(v) for v in value) and _INDEX_RE.search(key):
+                d[key] = _moved_list(value, old, n)
+            elif key == "per_layer_config" and isinstance(value, dict):
+                kept = {}
+                for k in sorted(value, key=lambda k: int(k)):
+                    kept.setdefault(str(min(int(k), n - 1)), value[k])
+                d[key] = kept
+        for key in ("stage_names", "out_features"):
+            if isinstance(d.get(key), list) and all(isinstance(x, str) for x in d[key]):
+                d.pop(key)
+    return old_layers
+
+
+def _moved(index: int, old: int, new: int) -> int:
+    """A layer index of ``old`` layers mapped to ``new`` layers, keeping its relative place."""
+    if index < 0:
+        return max(index, -new)
+    if index >= old:  # "one past the last" (stage numbering: stem is 0)
+        return new
+    return min(new - 1, index * new // old) if index < old - 1 else new - 1
+
+
+def _moved_list(values: Any, old: int, new: int) -> Any:
+    """Layer indices moved by :func:`_moved`; distinct ones stay distinct (consecutive, ending where the last went)."""
+    moved = [_moved(v, old, new) for v in values]
+    if len(set(values)) == len(values) and len(set(moved)) < len(moved) and all(v >= 0 for v in values):
+        top = max(moved)
+        order = sorted(range(len(values)), key=lambda i: values[i])
+        for rank, i in enumerate(order):
+            moved[i] = max(0, top - (len(values) - 1 - rank))
+    return type(values)(moved)
+
+
+def _feature_layers(d: dict[str, Any], n: int, old: int, moved: bool) -> None:
+    """Indices into another config's layers (``vision_feature_layer``) follow its new depth."""
+    for key, value in list(d.items()):
+        if not re.search(r"feature_layer|hidden_state_indices|layer_ind", key) or (moved and _INDEX_RE.search(key)):
+            continue
+        if _int(value):
+            d[key] = _moved(value, old, n)
+        elif isinstance(value, (list, tuple)) and value and all(_int(v) for v in value):
+            d[key] = _moved_list(value, old, n)
+
+
+def _shrink_experts(d: dict[str, Any]) -> None:
+    for key in _EXPERT_KEYS:
+        if _int(d.get(key)) and d[key] > MAX_EXPERTS:
+            d[key] = MAX_EXPERTS
+    for key in _PER_TOKEN_KEYS:
+        if _int(d.get(key)) and d[key] > 2:
+            d[key] = 2
+    for key in _GROUP_KEYS:
+        if _int(d.get(key)) and d[key] > 1:
+            d[key] = 1
+    if _int(d.get("n_shared_experts")) and d["n_shared_experts"] > 1:
+        d["n_shared_experts"] = 1
+
+
+def _special_id_keys(key: str) -> bool:
+    return "token" in key and ("id" in key or "index" in key)
+
+
+def _special_ids(d: dict[str, Any]) -> list[int]:
+    ids: list[int] = []
+    for key, value in d.items():
+        if _special_id_keys(key):
+            if _int(value):
+                ids.append(value)
+            elif isinstance(value, (list, tuple)):
+                ids += [v for v in value if _int(v)]
+    for sub in _sub_dicts(d):
+        ids += _special_ids(sub)
+    return ids
+
+
+def _remap_ids(d: dict[str, Any], moved: dict[int, int]) -> None:
+    for key, value in list(d.items()):
+        if _special_id_keys(key):
+            if _int(value):
+                d[key] = moved.get(value, value)
+            elif isinstance(value, (list, tuple)) and all(_int(v) for v in value):
+                d[key] = type(value)(moved.get(v, v) for v in value)
+    for sub in _sub_dicts(d):
+        _remap_ids(sub, moved)
+
+
+def _shrink_width(d: dict[str, Any], plan: dict[str, Any]) -> None:
+    if not plan:
+        return
+    factor = plan["new_width"] / plan["width"]
+    dim_factor = plan["new_head_dim"] / plan["head_dim"] if plan["head_dim"] else factor
+    d[plan["width_key"]] = plan["new_width"]
+    if plan["heads_key"]:
+        d[plan["heads_key"]] = plan["new_heads"]
+        for key in _HEAD_KEYS:  # every head count of this config (encoder and decoder)
+            if key != plan["heads_key"] and _int(d.get(key)) and d[key] == plan["heads"]:
+                d[key] = plan["new_heads"]
+        kv_key, kv = _first(d, _KV_KEYS)
+        if kv_key and kv:
+            d[kv_key] = plan["new_heads"] if kv >= plan["heads"] else min(kv, 2)
+    for key, value in list(d.items()):
+        if key in (plan["width_key"], plan["heads_key"]) or isinstance(value, dict):
+            continue
+        if _HEAD_DIM_RE.search(key) and _int(value) and value > 0:
+            d[key] = max(2, round(value * dim_factor / 2) * 2)
+        elif (_FFN_RE.search(key) or _SSM_RE.search(key)) and _int(value) and value > 0:
+            d[key] = _round_up(value * factor, 8) if not _SSM_HEADS_RE.search(key) else max(1, round(value * factor))
+        elif _FFN_RE.search(key) and isinstance(value, (list, tuple)) and value and all(_int(v) for v in value):
+            d[key] = type(value)(_round_up(v * factor, 8) for v in value)
+    _scale_sections(d, dim_factor)
+
+
+def _channels(d: dict[str, Any]) -> None:
+    """Convolution stacks (audio codecs, VQ-GANs): channel counts over 64 divided by 8."""
+    for key, value in list(d.items()):
+        if not _CHANNELS_RE.search(key):
+            continue
+        if _int(value) and value > 64:
+            d[key] = _round_up(value / 8, 8)
+        elif isinstance(value, (list, tuple)) and value and all(_int(v) for v in value) and max(value) > 64:
+            d[key] = type(value)(_round_up(v / 8, 8) if v > 64 else v for v in value)
+
+
+def _scale_sections(d: dict[str, Any], dim_factor: float) -> None:
+    """Rotary sections (``mrope_section``) scaled with the head size, still summing to half of it."""
+    for holder in (d.get("rope_scaling"), d.get("rope_parameters"), d):
+        if not isinstance(holder, dict):
+            continue
+        for key in ("mrope_section", "mrope_sections"):
+            sections = holder.get(key)
+            if isinstance(sections, (list, tuple)) and sections and all(_int(v) for v in sections):
+                total = sum(sections)
+                target = max(len(sections), round(total * dim_factor))
+                scaled = [max(1, int(v * dim_factor)) for v in sections]
+                scaled[-1] += target - sum(scaled)
+                holder[key] = type(sections)(scaled) if scaled[-1] > 0 else sections
+
+
+def _vocab(d: dict[str, Any]) -> None:
+    """Every vocabulary to :data:`VOCAB` tokens; special token ids beyond it move to its top.
+
+    The same id moves to the same place in every config (an image token the language model
+    and the processor both name); the ids below :data:`VOCAB` stay where they are.
+    """
+    ids = sorted({i for i in _special_ids(d) if i >= 0})
+    low = {i for i in ids if i < VOCAB}
+    free = (i for i in range(VOCAB - 1, -1, -1) if i not in low)
+    moved = {i: next(free) for i in ids if i >= VOCAB}
+    if moved:
+        _remap_ids(d, moved)
+    for sub in _all_dicts(d):
+        for key, value in list(sub.items()):
+            if "vocab" in key and _int(value) and value > VOCAB:
+                sub[key] = VOCAB
+
+
+def _all_dicts(d: dict[str, Any]) -> list[dict[str, Any]]:
+    out = [d]
+    for sub in _sub_dicts(d):
+        out += _all_dicts(sub)
+    return out
+
+
+def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DIM) -> dict[str, Any]:
+    """The plain config ``data`` shrunk (a new dict; see the module docstring).
+
+    Args:
+        data: a config's ``to_dict()``.
+        width: also shrink widths, heads and vocabularies (else depth and experts only).
+        head_size: the largest head size kept.
+    """
+    import copy
+
+    d = copy.deepcopy(data)
+    dicts = _all_dicts(d)
+    cut: dict[int, int] = {}
+    cuts = [_shrink_depth(sub) for sub in dicts]
+    for sub, own in zip(dicts, cuts, strict=True):
+        for key, old in own.items():
+            cut[old] = sub[key]
+        _shrink_experts(sub)
+    if cut:
+        old = max(cut)
+        for sub, own in zip(dicts, cuts, strict=True):
+            _feature_layers(sub, cut[old], old, bool(own))
+    if not width:
+        return d
+    widths: dict[int, int] = {}
+    plans = [_plan_width(sub, widths, head_size) for sub in dicts]
+    for sub, plan in zip(dicts, plans, strict=True):
+        _shrink_width(sub, plan)
+    text = d.get("text_config") if isinstance(d.get("text_config"), dict) else None
+    text_plan = plans[dicts.index(text)] if text is not None and text in dicts else {}
+    for sub, plan in zip(dicts, plans, strict=True):
+        own = {plan.get("width_key"), plan.get("heads_key")} if plan else set()
+        own |= {k for k, v in sub.items() if _FFN_RE.search(k) or _HEAD_DIM_RE.search(k) or isinstance(v, dict)}
+        if plan and text_plan and sub is not text:
+            # a tower's second width, quoted from no config (a default config whose tower
+            # projects to another size of the language model): the language model's width
+            for key in (*_WIDTH_KEYS, "out_hidden_size", "text_hidden_size", "output_hidden_size"):
+                if key in own or not _int(sub.get(key)) or sub[key] in widths or sub[key] == plan["width"]:
+                    continue
+                sub[key] = text_plan["new_width"]
+                own.add(key)
+        _quoted_widths(sub, widths, own)
+        if not plan:
+            _channels(sub)
+    _vocab(d)
+    return d
+
+
+def _quoted_widths(d: dict[str, Any], widths: dict[int, int], own: set[str]) -> None:
+    """A width this config quotes from another (a projector's output size) follows that config."""
+    for key, value in list(d.items()):
+        if key in own or not (_WIDTHISH_RE.search(key) or key.endswith(("groups", "features"))):
+            continue
+        if _NOT_WIDTH_RE.search(key):
+            continue
+        if _int(value) and value in widths:
+            d[key] = widths[value]
+        elif isinstance(value, (list, tuple)) and value and all(_int(v) for v in value):
+            d[key] = type(value)(widths.get(v, v) for v in value)
+
+
+#: the variants tried, most shrunk first: (name, shrink's keyword arguments)
+VARIANTS = (
+    ("tiny", {"width": True, "head_size": HEAD_DIM}),
+    ("tiny, wider heads", {"width": True, "head_size": 128}),
+    ("shallow", {"width": False}),
+)
+
+
+def tiny_configs(model_type: str) -> Iterator[tuple[str, Any]]:
+    """Shrunk configs of ``model_type``, most shrunk first: ``(how, config)`` (:data:`VARIANTS`).
+
+    ``"tiny"`` shrinks depth, width, experts and vocabulary; ``"tiny, wider heads"`` keeps
+    heads of up to 128 (rotary layouts that need more than 16); ``"shallow"`` shrinks depth
+    and experts only, at the widths the architecture was designed with. A variant whose
+    config class refuses it is skipped; when every one is refused, the first refusal is raised.
+    """
+    from transformers import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[model_type]
+    base = cls().to_dict()
+    first: Exception | None = None
+    seen: list[dict[str, Any]] = []
+    yielded = False
+    for how, kwargs in VARIANTS:
+        data = shrink(base, **kwargs)
+        data.pop("transformers_version", None)
+        if data in seen:
+            continue
+        seen.append(data)
+        try:
+            config = cls.from_dict(data)
+        except Exception as e:  # the config class refuses these values: try the next variant
+            first = first or e
+            continue
+        yielded = True
+        yield how, config
+    if first is not None and not yielded:
+        raise first
