@@ -465,6 +465,16 @@ def _rows(features: Any) -> int:
     raise CheckError(f"cannot count the image features ({type(features).__name__})")
 
 
+def _image_features(entry: nn.Module) -> Any:
+    """``entry``'s ``get_image_features``, else its base model's (DeepSeek-VL's generation class
+    has none of its own; its ``model`` has)."""
+    for owner in (entry, getattr(entry, "base_model", None)):
+        method = getattr(owner, "get_image_features", None)
+        if callable(method):
+            return method
+    raise CheckError(f"{type(entry).__name__} has no get_image_features to count image tokens by")
+
+
 def _counted(
     model: nn.Module, paths: list[str], folder: Any, config: Any, media: Media, prompt: str, params: dict,
     dtype: Any, workload: Workload, label: str,
@@ -488,7 +498,7 @@ def _counted(
             kept[key] = value.to(dtype)
     entry_path, entry = _entry(model, paths)
     with torch.inference_mode():
-        count = _rows(entry.get_image_features(**kept))
+        count = _rows(_image_features(entry)(**kept))
     image_id = config_value(config, "image_token_id", "image_token_index")
     if image_id is None:
         raise CheckError("the config names no image token")

@@ -292,3 +292,55 @@ def test_glm4v_video_runs_with_the_tokens_the_model_counts(tmp_path: Path, capsy
     e = json.loads(captured.out)["end_to_end"]
     assert e["input_kind"] == "image+text, video+text" and "pixel_values_videos" in e["input_shapes"], e
     assert not any("not run" in n for n in e["notes"]), e["notes"]
+
+
+# -- a generation class whose image features live on its base model ----------------------------
+
+
+def deepseek_vl(folder: Path, *, hybrid: bool = False) -> Path:
+    """DeepSeek-VL (-Hybrid): ``get_image_features`` is on ``model.model`` only, and the processor built
+    from the config writes its default 576 image tokens; the hybrid's second (SAM) tower has its own size."""
+    import torch
+    from transformers import (
+        DeepseekVLConfig,
+        DeepseekVLForConditionalGeneration,
+        DeepseekVLHybridConfig,
+        DeepseekVLHybridForConditionalGeneration,
+    )
+
+    torch.manual_seed(0)
+    towers = dict(
+        vision_config=dict(
+            model_type="siglip_vision_model", hidden_size=32, intermediate_size=37, num_attention_heads=4,
+            num_hidden_layers=1, image_size=32, patch_size=4,
+        ),
+        text_config=dict(
+            model_type="llama", hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=1,
+            vocab_size=120, num_key_value_heads=2,
+        ),
+        image_token_id=110,
+    )  # fmt: skip
+    if not hybrid:
+        return _save(DeepseekVLForConditionalGeneration(DeepseekVLConfig(**towers)).eval(), folder)
+    sam = dict(
+        model_type="sam_vision_model", hidden_size=32, output_channels=8, num_hidden_layers=2, num_attention_heads=2,
+        image_size=64, patch_size=8, mlp_dim=37, global_attn_indexes=[1], window_size=4,
+    )  # fmt: skip
+    config = DeepseekVLHybridConfig(**towers, high_res_vision_config=sam)
+    return _save(DeepseekVLHybridForConditionalGeneration(config).eval(), folder)
+
+
+@pytest.mark.parametrize("hybrid", [False, True], ids=["deepseek_vl", "deepseek_vl_hybrid"])
+def test_image_tokens_are_counted_by_the_base_models_image_features(hybrid: bool, tmp_path: Path, capsys) -> None:
+    """The image+text run gets as many image tokens as ``model.model.get_image_features`` makes rows
+    (not the config-built processor's 576), and each tower its own image size: it runs, not text only."""
+    folder = deepseek_vl(tmp_path / "model", hybrid=hybrid)
+    fusions = ["--fusion", "qkv", "--fusion", "gate_up", "--fusion", "patch_embeddings_2d"]
+    code = main(["check", str(folder), *fusions, *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert e["passed"] and e["input_kind"] == "image+text", (e["input_kind"], e["notes"])
+    assert e["input_shapes"]["input_ids"][1] > 64, e["input_shapes"]  # 8 x 8 patches, then the text
+    if hybrid:
+        assert e["input_shapes"]["high_res_pixel_values"] == [1, 3, 64, 64], e["input_shapes"]
