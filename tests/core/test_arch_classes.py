@@ -344,3 +344,55 @@ def test_image_tokens_are_counted_by_the_base_models_image_features(hybrid: bool
     assert e["input_shapes"]["input_ids"][1] > 64, e["input_shapes"]  # 8 x 8 patches, then the text
     if hybrid:
         assert e["input_shapes"]["high_res_pixel_values"] == [1, 3, 64, 64], e["input_shapes"]
+
+
+# -- a fused model root keeps transformers' output capture ------------------------------------
+
+
+def mistral3(folder: Path) -> Path:
+    """Mistral-3 over a Pixtral tower: ``patch_conv`` is hosted by the tower's root, ``PixtralVisionModel``,
+    whose hidden states transformers records by class (``_can_record_outputs``)."""
+    import torch
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = Mistral3Config(
+        vision_config=dict(
+            model_type="pixtral", hidden_size=32, intermediate_size=37, num_attention_heads=2, num_hidden_layers=2,
+            image_size=32, patch_size=4, head_dim=16,
+        ),
+        text_config=dict(
+            model_type="mistral", hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=1,
+            vocab_size=120, num_key_value_heads=2, head_dim=8,
+        ),
+        image_token_index=110, spatial_merge_size=2, vision_feature_layer=-1,
+    )  # fmt: skip
+    return _save(Mistral3ForConditionalGeneration(config).eval(), folder)
+
+
+def test_a_fused_model_root_still_records_its_hidden_states(tmp_path: Path, capsys) -> None:
+    """The fused ``PixtralVisionModel`` returns the hidden states the original does (not ``None``), and
+    the Mistral-3 check runs image+text instead of ending in an internal TypeError."""
+    import torch
+    from transformers import Mistral3ForConditionalGeneration
+
+    from fusion_core.families.registry import get_family
+    from fusion_core.run.switch import fused_twin
+
+    folder = mistral3(tmp_path / "model")
+    tower = Mistral3ForConditionalGeneration.from_pretrained(folder).eval().model.vision_tower
+    pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    twin = fused_twin(get_family("patch_embeddings_2d"), tower)
+    assert type(twin).__name__ == "FusedPixtralVisionModel"
+    with torch.inference_mode():
+        want = tower(pixels, output_hidden_states=True).hidden_states
+        got = twin(pixels, output_hidden_states=True).hidden_states
+    assert got is not None and len(got) == len(want) == 3
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+    fusions = ["--fusion", "qkv", "--fusion", "gate_up", "--fusion", "patch_embeddings_2d"]
+    code = main(["check", str(folder), *fusions, *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert e["passed"] and e["input_kind"] == "image+text", (e["input_kind"], e["notes"])
