@@ -396,3 +396,40 @@ def test_a_fused_model_root_still_records_its_hidden_states(tmp_path: Path, caps
     assert code == 0, captured.err
     e = json.loads(captured.out)["end_to_end"]
     assert e["passed"] and e["input_kind"] == "image+text", (e["input_kind"], e["notes"])
+
+
+# -- an audio model whose processor takes audio only through its chat template ----------------
+
+
+def voxtral(folder: Path) -> Path:
+    """Voxtral: ``VoxtralProcessor.__call__`` tokenizes text only (audio goes through its chat template)."""
+    import torch
+    from transformers import VoxtralConfig, VoxtralForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = VoxtralConfig(
+        audio_config=dict(
+            model_type="voxtral_encoder", hidden_size=32, intermediate_size=128, num_hidden_layers=1,
+            num_attention_heads=2, num_mel_bins=16, max_source_positions=20, vocab_size=99,
+        ),
+        text_config=dict(
+            model_type="llama", hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=1,
+            vocab_size=120, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
+        ),
+        audio_token_id=110,
+    )  # fmt: skip
+    return _save(VoxtralForConditionalGeneration(config).eval(), folder)
+
+
+def test_audio_from_the_config_runs_with_the_tokens_the_model_counts(tmp_path: Path, capsys) -> None:
+    """Mel features of the encoder's shape (mel bins x 2 x positions) and one audio token per feature
+    ``get_audio_features`` makes: the audio+text run runs, and no note says config inputs that were not made."""
+    folder = voxtral(tmp_path / "model")
+    code = main(["check", str(folder), "--fusion", "qkv", "--fusion", "gate_up", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert e["passed"] and e["input_kind"] == "audio+text", (e["input_kind"], e["notes"])
+    assert e["input_shapes"]["input_features"] == [1, 16, 40], e["input_shapes"]
+    assert not any("not run" in n for n in e["notes"]), e["notes"]
+    assert any("as many audio tokens as its audio features" in n for n in e["notes"]), e["notes"]
