@@ -395,7 +395,7 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
             # a video model fed through its image input (TimeSformer: clips in ``pixel_values``)
             # takes the config's clips here too, first where the config made them first
             clips = m.kind == "image" and "video" not in taken
-            made_before = len(group.candidates)
+            made_before, failed = len(group.candidates), list(group.notes)
             group.candidates += [
                 c for c in fallback if _label(c).split("+")[0] == m.kind or (clips and _label(c).startswith("video"))
             ]
@@ -404,8 +404,8 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
                     group.candidates.append(_counted_audio(model, paths, config, params, dtype, workload, label))
                 except Exception as e:
                     group.notes.append(f"{label}: none from the config ({one_line(e, first=True, named=True)})")
-            if group.notes and len(group.candidates) > made_before:
-                group.notes[-1] += "; inputs made from the config instead"
+            if failed and len(group.candidates) > made_before:  # the processor's failure, and what runs instead
+                group.notes[len(failed) - 1] += "; inputs made from the config instead"
         groups.append(group)
     for c in groups[0].candidates if groups and sized else []:
         c.notes.extend(dict.fromkeys(sized))
