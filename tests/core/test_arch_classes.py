@@ -433,3 +433,23 @@ def test_audio_from_the_config_runs_with_the_tokens_the_model_counts(tmp_path: P
     assert e["input_shapes"]["input_features"] == [1, 16, 40], e["input_shapes"]
     assert not any("not run" in n for n in e["notes"]), e["notes"]
     assert any("as many audio tokens as its audio features" in n for n in e["notes"]), e["notes"]
+
+
+# -- an export whose families stock transformers does not fuse ---------------------------------
+
+
+def test_exports_refusal_by_transformers_says_why(falcon_dir: Path, tmp_path: Path, capsys) -> None:
+    """A fused-layout ``qkv`` export: transformers refuses ``fusion_config: {"qkv": true}`` (it fuses only its
+    own registry's families); the refusal says so and what loads it, and the original layout loads in both."""
+    code = main(["export", str(falcon_dir), str(tmp_path / "fused"), "--fusion", "qkv", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    stock = json.loads(captured.out)["consumers"][1]
+    assert stock["status"] == "refuses to load" and "Unknown fusion type: qkv (" in stock["detail"], stock
+    assert "fusion_core.load reads it; --layout original writes a checkpoint" in stock["detail"], stock
+    code = main(
+        ["export", str(falcon_dir), str(tmp_path / "plain"), "--fusion", "qkv", "--layout", "original", "--json"]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert [c["status"] for c in json.loads(captured.out)["consumers"]] == ["loads exactly"] * 2
