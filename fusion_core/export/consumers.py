@@ -55,6 +55,7 @@ __all__ = [
     "predicted_consumers",
     "transformers_accepts",
     "try_consumers",
+    "unknown_to_transformers",
 ]
 
 LOADS_EXACTLY = "loads exactly"
@@ -263,6 +264,31 @@ def transformers_accepts(recorded: dict[str, Any]) -> bool:
     return False
 
 
+def unknown_to_transformers(folder: Path) -> str:
+    """Why stock transformers refuses ``folder``'s ``fusion_config`` where it names families the installed
+    transformers does not fuse on load (``" (...)"``, after its "Unknown fusion type"), else ``""``."""
+    try:
+        recorded = json.loads((folder / "config.json").read_text()).get("fusion_config")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    unknown = [str(n) for n in recorded if not transformers_accepts({n: True})] if isinstance(recorded, dict) else []
+    if not unknown:
+        return ""
+    import transformers
+
+    try:
+        from transformers.fusion_mapping import _FUSION_REGISTRY
+
+        knows = f"only {', '.join(sorted(_FUSION_REGISTRY))}" if _FUSION_REGISTRY else "no family"
+    except ImportError:
+        knows = "no family"
+    return (
+        f" (transformers {transformers.__version__} fuses {knows} on load, and this fused-layout export's "
+        f"config.json names {', '.join(unknown)} in fusion_config: fusion_core.load reads it; "
+        "--layout original writes a checkpoint stock transformers loads)"
+    )
+
+
 def predicted_consumers(plan: Any, layout: str, dest: str = "OUT") -> list[Consumer]:
     """A dry run before writing: the consumers as far as the plan tells, without loading.
 
@@ -369,6 +395,8 @@ def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> 
             model, problems = loader()
         except Exception as e:  # any failure to load is the consumer refusing
             entry.detail = one_line(e, named=True, first=True)
+            if loader is stock:
+                entry.detail += unknown_to_transformers(Path(spec["written"]))
             return
         try:
             rate(entry, model, problems, outputs)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from .base import FusionSpec, Verdict, fused_subclass
+from .base import FusionSpec, Verdict, become_fused, fused_subclass
 from .transforms import KeyTransform, Rename, Reshape
 
 if TYPE_CHECKING:
@@ -360,7 +360,7 @@ class ConvPatchFusion(FusionSpec):
 
     def fuse_module(self, module: nn.Module) -> None:
         fused = self.fused_class(type(module))
-        module.__class__ = fused
+        become_fused(module, fused)
         fused._convert(module)
 
     def sample_inputs(

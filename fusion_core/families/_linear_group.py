@@ -39,7 +39,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .base import FusionSpec, Verdict, fused_subclass
+from .base import FusionSpec, Verdict, become_fused, fused_subclass
 from .transforms import Concat, KeyTransform
 
 if TYPE_CHECKING:
@@ -389,7 +389,7 @@ class LinearGroupFusion(FusionSpec):
         if not verdict.ok:
             raise ValueError(f"{type(module).__name__} cannot be fused by {self.name!r}: {verdict.reason}")
         fused = self.fused_class(type(module))
-        module.__class__ = fused
+        become_fused(module, fused)
         fused._convert(module)
 
     def share_storage(self, original: nn.Module, fused: nn.Module) -> None:

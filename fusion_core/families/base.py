@@ -264,6 +264,27 @@ def fused_subclass(original_cls: type, mixin: type, family: str, namespace: Mapp
     return fused
 
 
+def become_fused(module: nn.Module, fused: type) -> None:
+    """``module`` turned into an instance of ``fused`` in place, with transformers' output capture kept.
+
+    transformers finds what a model records (``_can_record_outputs``: hidden states, attentions)
+    by the class of the model in a registry that ``PreTrainedModel.__init__`` fills; a class
+    swapped in place never ran it, so a fused model root (Pixtral's ``patch_conv`` is hosted by
+    ``PixtralVisionModel``) would record nothing and return ``hidden_states=None``. The fused
+    class is registered as its ``__init__`` would register it: the same recorders.
+    """
+    from transformers import PreTrainedModel
+
+    module.__class__ = fused
+    if not isinstance(module, PreTrainedModel):
+        return
+    try:
+        from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
+    except ImportError:  # a transformers without the registry reads the recorders from the class
+        return
+    _CAN_RECORD_REGISTRY[module] = module._can_record_outputs
+
+
 _REQUIRED = ("judge", "make_fused_class", "make_transforms", "fuse_module")
 
 

@@ -38,6 +38,7 @@ MODALITY_KEYS = {  # the usual names; a model's own come from its forward (:func
 }
 PROCESSOR_KIND = "processor"  # input_kind of a run on the user's files or prompt
 _NOT_MEDIA = ("_mask", "_masks", "_lengths", "_sizes", "_thw")
+MAX_MEL_FRAMES = 60_000  # mel frames made from a config: 10 minutes at the usual 10 ms hop
 _AUDIO_PREFIXES = ("input_features", "input_values", "input_audio", "audio_values", "audio_features", "audio_input")
 
 
@@ -351,12 +352,12 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
             except CheckError as e:
                 if user:
                     raise CheckError(f"--{m.kind}: {e}") from None
-                group.notes.append(f"{label}: {e}; inputs made from the config instead")
+                group.notes.append(f"{label}: {e}")
             except Exception as e:  # the processor failed on these media
                 why = one_line(e, first=True, named=True, limit=200)
                 if user:
                     raise CheckError(f"--{m.kind}: the processor failed on {m.source} ({why})") from None
-                group.notes.append(f"{label}: the processor failed ({why}); inputs made from the config instead")
+                group.notes.append(f"{label}: the processor failed ({why})")
         elif proc_note and proc is None and not (m.kind == "image" and "input_ids" in params):
             group.notes.append(f"{label}: no processor ({proc_note}); inputs made from the config")
         elif user and m.kind == "video":
@@ -394,9 +395,17 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
             # a video model fed through its image input (TimeSformer: clips in ``pixel_values``)
             # takes the config's clips here too, first where the config made them first
             clips = m.kind == "image" and "video" not in taken
+            made_before, failed = len(group.candidates), list(group.notes)
             group.candidates += [
                 c for c in fallback if _label(c).split("+")[0] == m.kind or (clips and _label(c).startswith("video"))
             ]
+            if m.kind == "audio" and "input_ids" in params:
+                try:  # audio features of the encoder's shape, as many audio tokens as the model makes features
+                    group.candidates.append(_counted_audio(model, paths, config, params, dtype, workload, label))
+                except Exception as e:
+                    group.notes.append(f"{label}: none from the config ({one_line(e, first=True, named=True)})")
+            if failed and len(group.candidates) > made_before:  # the processor's failure, and what runs instead
+                group.notes[len(failed) - 1] += "; inputs made from the config instead"
         groups.append(group)
     for c in groups[0].candidates if groups and sized else []:
         c.notes.extend(dict.fromkeys(sized))
@@ -465,6 +474,16 @@ def _rows(features: Any) -> int:
     raise CheckError(f"cannot count the image features ({type(features).__name__})")
 
 
+def _features(entry: nn.Module, kind: str) -> Any:
+    """``entry``'s ``get_{kind}_features``, else its base model's (DeepSeek-VL's generation class
+    has none of its own; its ``model`` has)."""
+    for owner in (entry, getattr(entry, "base_model", None)):
+        method = getattr(owner, f"get_{kind}_features", None)
+        if callable(method):
+            return method
+    raise CheckError(f"{type(entry).__name__} has no get_{kind}_features to count {kind} tokens by")
+
+
 def _counted(
     model: nn.Module, paths: list[str], folder: Any, config: Any, media: Media, prompt: str, params: dict,
     dtype: Any, workload: Workload, label: str,
@@ -488,7 +507,7 @@ def _counted(
             kept[key] = value.to(dtype)
     entry_path, entry = _entry(model, paths)
     with torch.inference_mode():
-        count = _rows(entry.get_image_features(**kept))
+        count = _rows(_features(entry, "image")(**kept))
     image_id = config_value(config, "image_token_id", "image_token_index")
     if image_id is None:
         raise CheckError("the config names no image token")
@@ -512,6 +531,51 @@ def _counted(
         FedInput(label, "text", n, f"{len(ids)} tokens", "synthetic" if media.source == "synthetic" else "prompt")
     )
     return ModelInputs(entry_path, kept, label, [], fed=fed)
+
+
+def _counted_audio(
+    model: nn.Module, paths: list[str], config: Any, params: dict, dtype: Any, workload: Workload, label: str
+) -> ModelInputs:
+    """Audio features made from the config (its mel bins, two frames per encoder position: the
+    Whisper-like encoders' input) and text with one audio token per audio feature the model makes,
+    for a processor that makes no audio inputs here (Voxtral's takes audio only in its chat template)."""
+    import torch
+
+    from ..families._sample_inputs import config_value
+    from .inputs import _generator, _text_ids
+
+    key = next((k for k in params if key_modality(k) == "audio"), None)
+    mels, positions = config_value(config, "num_mel_bins"), config_value(config, "max_source_positions")
+    audio_id = config_value(config, "audio_token_id", "audio_token_index")
+    if key is None or not _number(mels) or not _number(positions):
+        raise CheckError("the config names no num_mel_bins and max_source_positions")
+    if not isinstance(audio_id, int):
+        raise CheckError("the config names no audio token")
+    n = max(1, workload.batch)
+    frames = 2 * int(positions)
+    if frames > MAX_MEL_FRAMES:
+        raise CheckError(f"{frames} mel frames from max_source_positions={positions}: over {MAX_MEL_FRAMES}")
+    gen = _generator(workload.seed)
+    features = torch.randn(n, int(mels), frames, generator=gen)
+    kept: dict[str, Any] = {key: features.to(dtype) if dtype is not None else features}
+    _entry_path, entry = _entry(model, paths)
+    with torch.inference_mode():
+        count = _rows(_features(entry, "audio")(**kept))
+    text = _text_ids(config, max(4, workload.seq_len or 8), gen)
+    ids = [audio_id] * (count // n) + text
+    kept["input_ids"] = torch.tensor([ids] * n)
+    if "attention_mask" in params:
+        kept["attention_mask"] = torch.ones_like(kept["input_ids"])
+    if "use_cache" in params:
+        kept["use_cache"] = False
+    if "return_dict" in params:
+        kept["return_dict"] = True
+    fed = [
+        FedInput(label, "audio", n, f"{int(mels)} mel bins x {frames} frames", "synthetic"),
+        FedInput(label, "text", n, f"{len(ids)} tokens", "synthetic"),
+    ]
+    note = f"{label}: synthetic mel features made from the config, as many audio tokens as its audio features"
+    return ModelInputs(_entry_path, kept, label, [note], fed=fed)
 
 
 def _has(proc: Any, kind: str) -> bool:

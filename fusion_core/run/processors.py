@@ -116,7 +116,19 @@ def _image_processor(model_type: str, config: Any) -> Any:
             sized = _sized(getattr(default, key, None), side, how)
             if sized is not None:
                 kwargs[key] = sized
+    for key in [k for k in dir(default) if k.endswith("_size") and k not in ("size", "crop_size")]:
+        # a second tower's images (DeepSeek-VL-Hybrid: ``high_res_size`` for ``high_res_vision_config``)
+        tower = getattr(config, f"{key[: -len('_size')]}_vision_config", None)
+        tower_side = _size_of(getattr(tower, "image_size", None))
+        sized = _sized(getattr(default, key, None), min(tower_side, MAX_INPUT_SIDE), 1.0) if tower_side else None
+        if sized is not None:
+            kwargs[key] = sized
     return cls(**kwargs)
+
+
+def _size_of(value: Any) -> int | None:
+    value = value[0] if isinstance(value, (list, tuple)) and value else value
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1 else None
 
 
 def _no_video_processor(image_processor: Any) -> Any:

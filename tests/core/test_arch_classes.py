@@ -292,3 +292,164 @@ def test_glm4v_video_runs_with_the_tokens_the_model_counts(tmp_path: Path, capsy
     e = json.loads(captured.out)["end_to_end"]
     assert e["input_kind"] == "image+text, video+text" and "pixel_values_videos" in e["input_shapes"], e
     assert not any("not run" in n for n in e["notes"]), e["notes"]
+
+
+# -- a generation class whose image features live on its base model ----------------------------
+
+
+def deepseek_vl(folder: Path, *, hybrid: bool = False) -> Path:
+    """DeepSeek-VL (-Hybrid): ``get_image_features`` is on ``model.model`` only, and the processor built
+    from the config writes its default 576 image tokens; the hybrid's second (SAM) tower has its own size."""
+    import torch
+    from transformers import (
+        DeepseekVLConfig,
+        DeepseekVLForConditionalGeneration,
+        DeepseekVLHybridConfig,
+        DeepseekVLHybridForConditionalGeneration,
+    )
+
+    torch.manual_seed(0)
+    towers = dict(
+        vision_config=dict(
+            model_type="siglip_vision_model", hidden_size=32, intermediate_size=37, num_attention_heads=4,
+            num_hidden_layers=1, image_size=32, patch_size=4,
+        ),
+        text_config=dict(
+            model_type="llama", hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=1,
+            vocab_size=120, num_key_value_heads=2,
+        ),
+        image_token_id=110,
+    )  # fmt: skip
+    if not hybrid:
+        return _save(DeepseekVLForConditionalGeneration(DeepseekVLConfig(**towers)).eval(), folder)
+    sam = dict(
+        model_type="sam_vision_model", hidden_size=32, output_channels=8, num_hidden_layers=2, num_attention_heads=2,
+        image_size=64, patch_size=8, mlp_dim=37, global_attn_indexes=[1], window_size=4,
+    )  # fmt: skip
+    config = DeepseekVLHybridConfig(**towers, high_res_vision_config=sam)
+    return _save(DeepseekVLHybridForConditionalGeneration(config).eval(), folder)
+
+
+@pytest.mark.parametrize("hybrid", [False, True], ids=["deepseek_vl", "deepseek_vl_hybrid"])
+def test_image_tokens_are_counted_by_the_base_models_image_features(hybrid: bool, tmp_path: Path, capsys) -> None:
+    """The image+text run gets as many image tokens as ``model.model.get_image_features`` makes rows
+    (not the config-built processor's 576), and each tower its own image size: it runs, not text only."""
+    folder = deepseek_vl(tmp_path / "model", hybrid=hybrid)
+    fusions = ["--fusion", "qkv", "--fusion", "gate_up", "--fusion", "patch_embeddings_2d"]
+    code = main(["check", str(folder), *fusions, *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert e["passed"] and e["input_kind"] == "image+text", (e["input_kind"], e["notes"])
+    assert e["input_shapes"]["input_ids"][1] > 64, e["input_shapes"]  # 8 x 8 patches, then the text
+    if hybrid:
+        assert e["input_shapes"]["high_res_pixel_values"] == [1, 3, 64, 64], e["input_shapes"]
+
+
+# -- a fused model root keeps transformers' output capture ------------------------------------
+
+
+def mistral3(folder: Path) -> Path:
+    """Mistral-3 over a Pixtral tower: ``patch_conv`` is hosted by the tower's root, ``PixtralVisionModel``,
+    whose hidden states transformers records by class (``_can_record_outputs``)."""
+    import torch
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = Mistral3Config(
+        vision_config=dict(
+            model_type="pixtral", hidden_size=32, intermediate_size=37, num_attention_heads=2, num_hidden_layers=2,
+            image_size=32, patch_size=4, head_dim=16,
+        ),
+        text_config=dict(
+            model_type="mistral", hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=1,
+            vocab_size=120, num_key_value_heads=2, head_dim=8,
+        ),
+        image_token_index=110, spatial_merge_size=2, vision_feature_layer=-1,
+    )  # fmt: skip
+    return _save(Mistral3ForConditionalGeneration(config).eval(), folder)
+
+
+def test_a_fused_model_root_still_records_its_hidden_states(tmp_path: Path, capsys) -> None:
+    """The fused ``PixtralVisionModel`` returns the hidden states the original does (not ``None``), and
+    the Mistral-3 check runs image+text instead of ending in an internal TypeError."""
+    import torch
+    from transformers import Mistral3ForConditionalGeneration
+
+    from fusion_core.families.registry import get_family
+    from fusion_core.run.switch import fused_twin
+
+    folder = mistral3(tmp_path / "model")
+    tower = Mistral3ForConditionalGeneration.from_pretrained(folder).eval().model.vision_tower
+    pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    twin = fused_twin(get_family("patch_embeddings_2d"), tower)
+    assert type(twin).__name__ == "FusedPixtralVisionModel"
+    with torch.inference_mode():
+        want = tower(pixels, output_hidden_states=True).hidden_states
+        got = twin(pixels, output_hidden_states=True).hidden_states
+    assert got is not None and len(got) == len(want) == 3
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+    fusions = ["--fusion", "qkv", "--fusion", "gate_up", "--fusion", "patch_embeddings_2d"]
+    code = main(["check", str(folder), *fusions, *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert e["passed"] and e["input_kind"] == "image+text", (e["input_kind"], e["notes"])
+
+
+# -- an audio model whose processor takes audio only through its chat template ----------------
+
+
+def voxtral(folder: Path) -> Path:
+    """Voxtral: ``VoxtralProcessor.__call__`` tokenizes text only (audio goes through its chat template)."""
+    import torch
+    from transformers import VoxtralConfig, VoxtralForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = VoxtralConfig(
+        audio_config=dict(
+            model_type="voxtral_encoder", hidden_size=32, intermediate_size=128, num_hidden_layers=1,
+            num_attention_heads=2, num_mel_bins=16, max_source_positions=20, vocab_size=99,
+        ),
+        text_config=dict(
+            model_type="llama", hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=1,
+            vocab_size=120, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
+        ),
+        audio_token_id=110,
+    )  # fmt: skip
+    return _save(VoxtralForConditionalGeneration(config).eval(), folder)
+
+
+def test_audio_from_the_config_runs_with_the_tokens_the_model_counts(tmp_path: Path, capsys) -> None:
+    """Mel features of the encoder's shape (mel bins x 2 x positions) and one audio token per feature
+    ``get_audio_features`` makes: the audio+text run runs, and no note says config inputs that were not made."""
+    folder = voxtral(tmp_path / "model")
+    code = main(["check", str(folder), "--fusion", "qkv", "--fusion", "gate_up", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e = json.loads(captured.out)["end_to_end"]
+    assert e["passed"] and e["input_kind"] == "audio+text", (e["input_kind"], e["notes"])
+    assert e["input_shapes"]["input_features"] == [1, 16, 40], e["input_shapes"]
+    assert not any("not run" in n for n in e["notes"]), e["notes"]
+    assert any("as many audio tokens as its audio features" in n for n in e["notes"]), e["notes"]
+
+
+# -- an export whose families stock transformers does not fuse ---------------------------------
+
+
+def test_exports_refusal_by_transformers_says_why(falcon_dir: Path, tmp_path: Path, capsys) -> None:
+    """A fused-layout ``qkv`` export: transformers refuses ``fusion_config: {"qkv": true}`` (it fuses only its
+    own registry's families); the refusal says so and what loads it, and the original layout loads in both."""
+    code = main(["export", str(falcon_dir), str(tmp_path / "fused"), "--fusion", "qkv", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    stock = json.loads(captured.out)["consumers"][1]
+    assert stock["status"] == "refuses to load" and "Unknown fusion type: qkv (" in stock["detail"], stock
+    assert "fusion_core.load reads it; --layout original writes a checkpoint" in stock["detail"], stock
+    code = main(
+        ["export", str(falcon_dir), str(tmp_path / "plain"), "--fusion", "qkv", "--layout", "original", "--json"]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert [c["status"] for c in json.loads(captured.out)["consumers"]] == ["loads exactly"] * 2
