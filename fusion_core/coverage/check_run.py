@@ -228,7 +228,7 @@ def _eta(message: str, done: int, total: int, started: float) -> str:
 
 def _from_pool(result: dict[str, Any]) -> dict[str, Any]:
     """A pool's own answer for a type it lost (timeout, crash) in this run's form."""
-    if result.get("status") in STATUSES:
+    if result.get("status") in STATUSES and "reason" in result:
         return result
     why = f"{result.get('stage', 'crash')}: {result.get('error', '')}".strip(": ")
     return {"model_type": result["model_type"], "status": FAILED, "reason": why}

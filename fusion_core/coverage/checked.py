@@ -47,6 +47,13 @@ def check_types(model_types: Sequence[str], family_names: Sequence[str], timeout
     return out
 
 
+def _fault(model_type: str) -> None:
+    from .worker import _state
+
+    if _state["hook"] is not None:  # fault injection of the coverage tests (pool._fault_hook)
+        _state["hook"](model_type)
+
+
 def check_type(model_type: str, family_names: Sequence[str], timeout: float) -> dict[str, Any]:
     """Build, save and check a tiny ``model_type`` (see the module docstring), as a plain dict.
 
@@ -61,6 +68,7 @@ def check_type(model_type: str, family_names: Sequence[str], timeout: float) -> 
     tried: list[str] = []
     try:
         with alarm(timeout):
+            _fault(model_type)
             for how, config in tiny_configs(model_type):
                 result = _check_variant(model_type, how, config, family_names)
                 if result is None:  # too large: the next variant is larger still

@@ -1,0 +1,188 @@
+"""``coverage --check``: tiny random models of real architectures, checked end to end (issue 34).
+
+The shrinker is judged on the models it builds (transformers' own classes, real weights);
+the command on a small fixed sample of types, in worker processes, with a hang and a crash
+among them; the statuses against what the check itself reports.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import fusion_core.coverage.check_run as check_run
+import fusion_core.coverage.pool as coverage_pool
+from fusion_core.cli.main import main
+from fusion_core.coverage.checked import FAILED, FALLBACK, NOT_BUILT, VERIFIED, check_type
+from fusion_core.coverage.tiny import MAX_LAYERS, VOCAB, shrink, tiny_configs
+
+
+def _built(model_type: str):
+    """The first shrunk config of ``model_type`` and its model with real (random) weights."""
+    import torch
+
+    from fusion_core.model.classes import resolve_model_class
+
+    how, config = next(tiny_configs(model_type))
+    torch.manual_seed(0)
+    return how, config, resolve_model_class(config)[0](config)
+
+
+def _params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# -- the shrinker ---------------------------------------------------------------------------------
+
+
+def test_a_decoder_is_shrunk_keeping_its_grouping() -> None:
+    """Llama 7B's default: 32 heads over 32 key/value heads, 4096 wide, 32 layers, 32000 tokens."""
+    from transformers import LlamaConfig
+
+    default = LlamaConfig()
+    how, config, model = _built("llama")
+    assert how == "tiny"
+    assert config.num_hidden_layers == MAX_LAYERS < default.num_hidden_layers
+    assert config.num_attention_heads == 4 and config.num_key_value_heads == 4  # MHA stays MHA
+    assert config.hidden_size == 64 and config.hidden_size % config.num_attention_heads == 0
+    # the feed-forward keeps its ratio to the width (11008 / 4096), rounded up to 8
+    assert config.intermediate_size == 176 >= 64 * default.intermediate_size / default.hidden_size
+    assert config.vocab_size == VOCAB
+    assert _params(model) < 1_000_000
+    import torch
+
+    out = model(input_ids=torch.tensor([[1, 2, 3]]))
+    assert out.last_hidden_state.shape == (1, 3, 64)
+
+
+def test_grouped_query_attention_still_divides() -> None:
+    """Mistral: 32 query heads over 8 key/value heads; the tiny one groups 4 over 2."""
+    _, config, _ = _built("mistral")
+    assert config.num_attention_heads % config.num_key_value_heads == 0
+    assert config.num_key_value_heads < config.num_attention_heads
+
+
+def test_a_vision_language_model_keeps_its_cross_config_widths() -> None:
+    """Qwen2-VL: the vision merger's output width is the language model's width (its default
+    config quotes 3584 against a text width of 8192: the tiny one makes them agree), and the
+    special token ids move inside the small vocabulary, the same id everywhere."""
+    from transformers import Qwen2VLConfig
+
+    default = Qwen2VLConfig()
+    _, config, model = _built("qwen2_vl")
+    assert config.vision_config.hidden_size == config.text_config.hidden_size
+    assert config.vision_config.embed_dim < default.vision_config.embed_dim
+    ids = [config.image_token_id, config.video_token_id, config.vision_start_token_id]
+    assert len(set(ids)) == 3 and all(i < config.text_config.vocab_size == VOCAB for i in ids)
+    assert _params(model) < 100_000_000
+
+
+def test_a_backbone_keeps_distinct_outputs() -> None:
+    """DPT-style heads read four distinct backbone stages; a shallower backbone still gives four."""
+    from transformers import DepthAnythingConfig
+
+    _, config, _ = _built("depth_anything")
+    out = config.backbone_config.out_indices
+    assert len(out) == len(DepthAnythingConfig().backbone_config.out_indices) == len(set(out))
+    assert max(out) <= config.backbone_config.num_hidden_layers
+
+
+def test_per_layer_lists_keep_every_kind_of_layer() -> None:
+    """A hybrid layout: the cut list keeps one layer of each kind, and the count matches."""
+    data = {"num_hidden_layers": 6, "layer_types": ["conv", "conv", "attention", "conv", "moe", "conv"]}
+    out = shrink(data, width=False)
+    assert sorted(set(out["layer_types"])) == ["attention", "conv", "moe"]
+    assert out["num_hidden_layers"] == len(out["layer_types"]) == 3
+
+
+def test_layer_indices_follow_the_new_depth() -> None:
+    data = {"num_hidden_layers": 24, "vision_feature_layer": [-2, 23], "intermediate_layers_indices": [3, 7, 15, 23]}
+    out = shrink(data, width=False)
+    assert out["num_hidden_layers"] == 2
+    assert out["vision_feature_layer"] == [-2, 1]
+    # as many as before (a projector's input width counts them), in order, all inside the model
+    moved = out["intermediate_layers_indices"]
+    assert len(moved) == 4 and moved == sorted(moved) and set(moved) == {0, 1}
+
+
+def test_a_refused_config_says_why() -> None:
+    """Every variant refused by the config class: the first refusal is raised, not swallowed."""
+    with pytest.raises(Exception, match="n_input_layers"):
+        list(tiny_configs("dory"))
+
+
+# -- one type checked, in this process -------------------------------------------------------------
+
+
+def test_a_type_no_family_fuses_is_not_built_with_its_reason() -> None:
+    result = check_type("whisper", ["qkv", "gate_up"], 0)
+    assert result["status"] == NOT_BUILT
+    assert result["reason"] == "no family fuses a module of the tiny model"
+
+
+def test_a_wrong_fusion_is_failed_with_the_module_named() -> None:
+    from _wrong_family import wrong_family
+
+    with wrong_family() as name:
+        result = check_type("qwen2_vl", [name], 0)
+    assert result["status"] == FAILED
+    assert result["reason"].startswith("visual.patch_embed (test_wrong_patch): max abs diff")
+
+
+# -- the command, in worker processes ---------------------------------------------------------------
+
+
+@pytest.fixture
+def results_file(tmp_path, monkeypatch):
+    path = tmp_path / "coverage-check.json"
+    monkeypatch.setattr(check_run, "results_file", lambda: path)
+    return path
+
+
+def test_coverage_check_over_a_sample(results_file, capsys, tmp_path) -> None:
+    """The CI sample: a decoder, a ViT, a vision-language model and a type no family fuses,
+    one worker. Then ``--resume`` takes every answer from the results file and builds nothing."""
+    page = tmp_path / "coverage.md"
+    argv = ["coverage", "--check", "--types", "llama,vit,qwen2_vl,whisper", "--workers", "1", "--json"]
+    assert main([*argv, "--markdown", str(page)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {r["model_type"]: r for r in data["checked"]}
+    assert rows["llama"]["status"] == VERIFIED and rows["llama"]["input_kinds"] == ["text"]
+    assert rows["llama"]["families"] == ["qkv", "gate_up"]
+    assert rows["vit"]["status"] == VERIFIED and rows["vit"]["input_kinds"] == ["image"]
+    assert rows["qwen2_vl"]["status"] == VERIFIED
+    assert rows["qwen2_vl"]["input_kinds"] == ["image", "text", "video"]
+    assert rows["whisper"]["status"] == NOT_BUILT
+    assert data["counts"] == {VERIFIED: 3, FALLBACK: 0, FAILED: 0, NOT_BUILT: 1}
+    assert all(r["seconds"] > 0 for r in data["checked"])
+    saved = json.loads(results_file.read_text())
+    assert sorted(saved) == ["llama", "qwen2_vl", "vit", "whisper"]
+    text = page.read_text()
+    assert "| qwen2_vl | verified end to end | image+text+video |" in text
+    assert "Verified end to end: 3 of 3 built (100.0%)." in text
+
+    assert main([*argv, "--resume"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["resumed"] == 4
+    assert again["checked"] == data["checked"]
+
+
+def test_a_hang_and_a_crash_are_one_row_each(results_file, capsys, monkeypatch) -> None:
+    """A type that hangs is ended by its alarm, one that kills its worker is reported as a
+    crash; the others are checked all the same."""
+    from _coverage_faults import CRASH, HOOK, SLOW
+
+    monkeypatch.setattr(coverage_pool, "_fault_hook", HOOK)
+    argv = ["coverage", "--check", "--types", f"llama,{SLOW},{CRASH}", "--workers", "1", "--timeout", "20"]
+    assert main([*argv, "--json"]) == 0
+    rows = {r["model_type"]: r for r in json.loads(capsys.readouterr().out)["checked"]}
+    assert rows["llama"]["status"] == VERIFIED
+    assert rows[SLOW]["status"] == FAILED and rows[SLOW]["reason"] == "took longer than 20 s"
+    assert rows[CRASH]["status"] == FAILED and "died" in rows[CRASH]["reason"]
+
+
+def test_usage_errors() -> None:
+    assert main(["coverage", "--resume"]) == 2
+    assert main(["coverage", "--check", "--family", "qkv"]) == 2
+    assert main(["coverage", "--check", "--types", "no_such_type"]) == 2
