@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .results import MIN_VERDICT_ROUNDS
+from .results import MIN_VERDICT_ROUNDS, MODEL_ENTRY
 
 #: what the timings mean, below every table of them
 TIMINGS_NOTE = (
@@ -63,7 +63,7 @@ def check_rows(result: Any) -> list[CheckRow]:
         c, t = m.comparison, m.timing
         rows.append(
             CheckRow(
-                m.path,
+                m.path or MODEL_ENTRY,
                 f"{m.original_class} -> {m.fused_class}",
                 m.verified_by or "not verified",
                 " ".join("x".join(map(str, s)) for s in m.input_shapes),
@@ -114,7 +114,7 @@ def end_to_end_line(result: Any) -> str:
 
 def peak_lines(result: Any) -> list[str]:
     """Peak memory per timed module and end to end, where the device measures it (CUDA)."""
-    peaks = [(m.path, m.timing) for m in result.modules if m.timing and m.timing.original_peak_mb is not None]
+    peaks = [(m.path or MODEL_ENTRY, m.timing) for m in result.modules if m.timing and m.timing.original_peak_mb is not None]
     e = result.end_to_end
     if e is not None and e.timing is not None and e.timing.original_peak_mb is not None:
         peaks.append(("end to end", e.timing))
@@ -168,7 +168,7 @@ def workload_options(result: Any) -> list[tuple[str, str]]:
 def banner(result: Any) -> str:
     """The verdict line: "exact" (the checks) kept apart from "faster" (the timings)."""
     if not result.passed:
-        failed = [m.path for m in result.modules if not m.passed]
+        failed = [m.path or MODEL_ENTRY for m in result.modules if not m.passed]
         if result.end_to_end is not None and not result.end_to_end.passed:
             failed.append("end to end")
         if result.generation is not None and not result.generation.passed:

@@ -44,6 +44,7 @@ from .machine import this_machine
 from .results import (
     FLOOR_FACTOR,
     MIN_VERDICT_ROUNDS,
+    MODEL_ENTRY,
     TOLERANCES,
     CheckedWorkload,
     CheckResult,
@@ -294,7 +295,7 @@ def _checks(
         result.compiled = CompiledRun(options.compile, skipped=why if why.startswith("not run") else f"not run: {why}")
     project(result)
     result.family_verdicts = family_verdicts(result)
-    noisy = [m.path for m in result.modules if m.timing is not None and m.timing.noisy]
+    noisy = [m.path or MODEL_ENTRY for m in result.modules if m.timing is not None and m.timing.noisy]
     if e is not None and e.timing is not None and e.timing.noisy:
         noisy.append("end to end")
     if noisy:
@@ -302,7 +303,7 @@ def _checks(
             f"too noisy to tell: the 95% interval stayed wider than ±25% for {', '.join(noisy)} "
             "(a busy machine? raise the rounds, set the threads, or close other programs)"
         )
-    timed = [(m.path, m.timing) for m in result.modules] + [("end to end", e.timing if e is not None else None)]
+    timed = [(m.path or MODEL_ENTRY, m.timing) for m in result.modules] + [("end to end", e.timing if e is not None else None)]
     few = [(name, t) for name, t in timed if t is not None and t.repeats < MIN_VERDICT_ROUNDS]
     if few:
         result.warnings.append(

@@ -162,7 +162,13 @@ class Switch:
         self.fused: dict[str, nn.Module] = {}
         self._slots: dict[str, tuple[nn.Module, str]] = {}
         self.untwinned: dict[str, str] = {}  # path -> why it has no twin (it is checked alone)
+        #: the model itself matched (a vision tower that hosts its own patch convolution):
+        #: its two states, (class, __dict__) original then fused, swapped on the one object
+        self._root: tuple[tuple[type, dict[str, Any]], tuple[type, dict[str, Any]]] | None = None
         for path in paths:
+            if not path:
+                self._twin_root(plan)
+                continue
             parent, name = _slot(model, path)
             module = parent._modules[name]
             assert module is not None
@@ -176,11 +182,31 @@ class Switch:
             self._slots[path] = (parent, name)
         self.is_fused = False
 
+    def _twin_root(self, plan: FusionPlan) -> None:
+        """The model object itself is a matched module: everything that holds the model (the
+        end-to-end run, its hooks) must see the form in use, so the one object changes state.
+        ``original[""]`` is a second object on the original state, for the module's own runs."""
+        model = self.model
+        try:
+            twin = fused_twin(plan.spec(plan.matched_paths[""]), model)
+        except ValueError as e:
+            self.untwinned[""] = str(e)
+            return
+        original = object.__new__(type(model))
+        object.__setattr__(original, "__dict__", model.__dict__)
+        self._root = ((type(model), model.__dict__), (type(twin), twin.__dict__))
+        self.original[""] = original
+        self.fused[""] = twin
+
     def use(self, fused: bool) -> None:
         """Put the fused twins (``True``) or the originals in place."""
         forms = self.fused if fused else self.original
         for path, (parent, name) in self._slots.items():
             parent._modules[name] = forms[path]
+        if self._root is not None:
+            cls, state = self._root[1 if fused else 0]
+            object.__setattr__(self.model, "__class__", cls)
+            object.__setattr__(self.model, "__dict__", state)
         self.is_fused = fused
 
     @contextmanager

@@ -453,3 +453,40 @@ def test_exports_refusal_by_transformers_says_why(falcon_dir: Path, tmp_path: Pa
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert [c["status"] for c in json.loads(captured.out)["consumers"]] == ["loads exactly"] * 2
+
+
+# -- a model that is itself the fused host ------------------------------------------------------
+
+
+def test_a_model_whose_root_is_fused_is_checked_end_to_end(tmp_path: Path, capsys) -> None:
+    """A vision tower whose own class holds the patch convolution (GLM-5-Next's vision model):
+    the matched path is the root "", whose fused form must be what the end-to-end run sees,
+    while the module's own original run stays original."""
+    import torch
+
+    from fusion_core.coverage.tiny import tiny_configs
+    from fusion_core.model.classes import resolve_model_class
+    from fusion_core.plan.fusion_plan import inspect_model
+    from fusion_core.run.switch import Switch
+
+    _, config = next(tiny_configs("glm5_next_vision"))
+    cls = resolve_model_class(config)[0]
+    torch.manual_seed(0)
+    folder = _save(cls(config).eval(), tmp_path / "model")
+    plan = inspect_model(folder).plan({"patch_embeddings_2d": True})
+    assert "" in plan.matched_paths
+    code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(captured.out)
+    root = next(m for m in result["modules"] if m["module"] == "")
+    assert root["verified_by"] == "end-to-end inputs" and root["fused_class"].startswith("Fused")
+    # the switch: one object changes state; the original's own view stays original
+    model = cls.from_pretrained(folder).eval()
+    original_class = type(model)
+    switch = Switch(model, plan, [""])
+    switch.use(True)
+    assert type(model).__name__.startswith("Fused") and type(switch.original[""]) is original_class
+    assert type(switch.fused[""]) is type(model)
+    switch.use(False)
+    assert type(model) is original_class
