@@ -114,7 +114,9 @@ def end_to_end_line(result: Any) -> str:
 
 def peak_lines(result: Any) -> list[str]:
     """Peak memory per timed module and end to end, where the device measures it (CUDA)."""
-    peaks = [(m.path or MODEL_ENTRY, m.timing) for m in result.modules if m.timing and m.timing.original_peak_mb is not None]
+    peaks = [
+        (m.path or MODEL_ENTRY, m.timing) for m in result.modules if m.timing and m.timing.original_peak_mb is not None
+    ]
     e = result.end_to_end
     if e is not None and e.timing is not None and e.timing.original_peak_mb is not None:
         peaks.append(("end to end", e.timing))

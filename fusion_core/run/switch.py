@@ -97,12 +97,13 @@ def _cast(value: Any, src: Any, dst: Any) -> Any:
 
 
 class Precise:
-    """A module computed in float32, its outputs rounded back to the model's dtype.
+    """A module computed in a wider dtype, its outputs rounded back to the model's dtype.
 
-    The original at a lower precision and its fused form each round differently; running the
-    original more precisely measures how far rounding alone moves the model's output (the
-    *rounding floor* a bfloat16 end-to-end comparison is judged against). Parameters are
-    upcast for each call, never kept: memory grows by one module's float32 copy, briefly.
+    The original and its fused form each round differently; running the original more
+    precisely measures how far rounding alone moves the model's output (the *rounding floor*
+    an end-to-end comparison beyond its tolerance is judged against). The wider dtype is
+    float32 for a bfloat16 or float16 model, float64 for a float32 one (:func:`wider`).
+    Parameters are cast for each call, never kept: memory grows by one module's wide copy, briefly.
     """
 
     def __init__(self, module: nn.Module, dtype: Any) -> None:
@@ -110,18 +111,22 @@ class Precise:
         self.dtype = dtype
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        import torch
         from torch.func import functional_call
 
-        d = self.dtype
-        tensors = {
-            n: t.to(torch.float32) if t.dtype == d else t for n, t in self.inner.state_dict(keep_vars=True).items()
-        }
-        args, kwargs = _cast(args, d, torch.float32), _cast(kwargs, d, torch.float32)
-        return _cast(functional_call(self.inner, tensors, args, kwargs), torch.float32, d)
+        d, w = self.dtype, wider(self.dtype)
+        tensors = {n: t.to(w) if t.dtype == d else t for n, t in self.inner.state_dict(keep_vars=True).items()}
+        args, kwargs = _cast(args, d, w), _cast(kwargs, d, w)
+        return _cast(functional_call(self.inner, tensors, args, kwargs), w, d)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def wider(dtype: Any) -> Any:
+    """The dtype a rounding floor computes in: float64 for float32, float32 otherwise."""
+    import torch
+
+    return torch.float64 if dtype == torch.float32 else torch.float32
 
 
 def _slot(model: nn.Module, path: str) -> tuple[nn.Module, str]:
@@ -132,7 +137,7 @@ def _slot(model: nn.Module, path: str) -> tuple[nn.Module, str]:
 
 @contextmanager
 def in_float32(model: nn.Module, paths: list[str], dtype: Any) -> Iterator[None]:
-    """The modules at ``paths`` computed in float32 (:class:`Precise`) for a block.
+    """The modules at ``paths`` computed in a wider dtype (:class:`Precise`) for a block.
 
     A :class:`Precise` is not a module: the parents' ``_modules`` hold it for the block only,
     and calling it is all a parent does with a matched child during a forward.

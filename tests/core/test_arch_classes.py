@@ -490,3 +490,47 @@ def test_a_model_whose_root_is_fused_is_checked_end_to_end(tmp_path: Path, capsy
     assert type(switch.fused[""]) is type(model)
     switch.use(False)
     assert type(model) is original_class
+
+
+# -- float32 rounding amplified end to end --------------------------------------------------------
+
+
+def test_float32_rounding_amplified_end_to_end_is_judged_against_its_floor(tmp_path: Path, capsys) -> None:
+    """A tiny Phi-4 vision tower with random weights amplifies the fused patch embedding's
+    rounding (4.5e-6 at the module) to 7.5e-4 at its output, beyond the float32 tolerance.
+    Every module passed, so the end-to-end difference is judged against how far the original
+    moves with the embedding computed in float64; a wrong embedding still fails."""
+    import torch
+
+    import fusion_core.families as families
+    from fusion_core.coverage.tiny import tiny_configs
+    from fusion_core.families.patch_embeddings_2d import PatchEmbeddings2dFusion
+    from fusion_core.model.classes import resolve_model_class
+
+    _, config = next(tiny_configs("phi4_multimodal_vision"))
+    torch.manual_seed(0)
+    folder = _save(resolve_model_class(config)[0](config).eval(), tmp_path / "model")
+    code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e2e = json.loads(captured.out)["end_to_end"]["comparison"]
+    assert e2e["max_abs_diff"] > 1e-5 * (1 + e2e["max_original"])  # beyond the plain float32 limit
+    assert e2e["floor"] > 0 and "within 2x the rounding floor" in e2e["note"] and "float64" in e2e["note"]
+
+    class Off(PatchEmbeddings2dFusion):
+        name = "test_off_2d"
+
+        def make_fused_class(self, original_cls: type) -> type:
+            fused = super().make_fused_class(original_cls)
+
+            def forward(module, *args, **kwargs):
+                return fused.forward(module, *args, **kwargs) * 1.001
+
+            return type(fused.__name__, (fused,), {"forward": forward, "__module__": fused.__module__})
+
+    families.register(Off(), origin="test")
+    try:
+        assert main(["check", str(folder), "--fusion", "test_off_2d", *CLI_FAST]) == 1
+        assert "FAILED" in capsys.readouterr().out
+    finally:
+        families.unregister("test_off_2d")
