@@ -18,3 +18,4 @@ run benchmarks/bench_load.py "${quick[@]}"
 run benchmarks/bench_export.py "${quick[@]}"
 run benchmarks/bench_gui.py
 run benchmarks/bench_answer.py
+run benchmarks/bench_coverage_check.py --resume

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..boundary.convert import converter
 from ..progress import CancelToken, Progress, ProgressCallback, drive
-from .checked import FAILED, NOT_BUILT, STATUSES, VERIFIED
+from .checked import FAILED, FALLBACK, NOT_BUILT, STATUSES, VERIFIED
 
 SCHEMA_VERSION = 1
 DEFAULT_CHECK_TIMEOUT = 240.0  # seconds per model type (a few variants, each built, saved and checked)
@@ -251,6 +251,12 @@ def format_check(report: CheckCoverage) -> str:
     )
     if report.resumed:
         head += f"; {report.resumed} from an earlier run"
+    if n:
+        built, verified = report.built, report.count(VERIFIED)
+        head += (
+            f"\nbuilt tiny {built}/{n} ({100 * built / n:.1f}%); of those, verified end to end {verified}/{built} "
+            f"({100 * verified / max(built, 1):.1f}%), fallback {report.count(FALLBACK)}, failed {report.count(FAILED)}"
+        )
     rows = [
         (c.model_type, c.status, "+".join(c.input_kinds), ",".join(c.families), printable(c.reason)[:160])
         for c in report.checked

@@ -375,6 +375,15 @@ def _max_text(config: Any) -> int:
     return int(config_value(config, "max_position_embeddings") or 512)
 
 
+def _decoder_start(config: Any) -> int:
+    """The token a decoder starts from: the config's ``decoder_start_token_id``, else its bos/pad, else 0."""
+    for key in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
+        value = config_value(config, key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return 0
+
+
 def candidate_inputs(
     model: nn.Module, fused_paths: list[str], *, seed: int = 0, dtype: Any = None, workload: Workload | None = None
 ) -> Iterator[ModelInputs]:
@@ -447,6 +456,15 @@ def candidate_inputs(
         if "attention_mask" in params:
             kwargs["attention_mask"] = torch.ones_like(ids)
         yield ModelInputs(entry_path, kwargs, "text", [f"{ids.shape[0]} x {ids.shape[1]} text tokens"])
+        if "decoder_input_ids" in params:  # an encoder-decoder that does not derive them itself
+            start = _decoder_start(entry.config)
+            decoder = torch.cat([torch.full_like(ids[:, :1], start), ids[:, : max(1, min(7, length - 1))]], dim=1)
+            yield ModelInputs(
+                entry_path,
+                {**kwargs, "decoder_input_ids": decoder},
+                "text",
+                [f"{ids.shape[0]} x {ids.shape[1]} text tokens, {decoder.shape[1]} decoder tokens from token {start}"],
+            )
     if not found:
         raise ValueError(
             f"cannot make inputs for {type(entry).__name__}.forward({', '.join(params)}): "
