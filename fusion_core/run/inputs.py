@@ -375,6 +375,49 @@ def _max_text(config: Any) -> int:
     return int(config_value(config, "max_position_embeddings") or 512)
 
 
+#: the masks an audio encoder's forward may take over its frames (only fed without text: with
+#: text, ``attention_mask`` is the text's)
+_AUDIO_MASKS = (
+    "attention_mask", "feature_attention_mask", "input_features_mask", "audio_attention_mask", "padding_mask",
+    "input_features_attention_mask", "audio_feature_mask",
+)  # fmt: skip
+_MEL_KEYS = ("num_mel_bins", "feature_size", "n_mels", "input_feat_size", "num_mel_filters", "mel_bins", "input_dim")
+AUDIO_SAMPLES = 16_000  # a synthetic waveform: one second at 16 kHz
+AUDIO_FRAMES = 200  # synthetic mel frames when the config gives no encoder length: two seconds at a 10 ms hop
+
+
+def _audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: Workload) -> Iterator[ModelInputs]:
+    """Audio made from the config for an encoder that takes it (``input_features``, ``input_values``...):
+    a waveform, or mel features in both layouts models use ((batch, mels, frames) and
+    (batch, frames, mels)); the run that the model accepts is the one kept."""
+    import torch
+
+    from .modal import key_modality
+
+    key = next((k for k in params if key_modality(k) == "audio"), None)
+    if key is None:
+        return
+    config = getattr(entry, "config", None)
+    n = max(1, workload.batch)
+    masks = [] if "input_ids" in params else [k for k in _AUDIO_MASKS if k in params]
+    if "values" in key:
+        shapes = [((n, AUDIO_SAMPLES), AUDIO_SAMPLES), ((n, 1, AUDIO_SAMPLES), AUDIO_SAMPLES)]
+        what = f"{AUDIO_SAMPLES} samples of waveform"
+    else:
+        mels = config_value(config, *_MEL_KEYS)
+        mels = int(mels) if isinstance(mels, int) and 0 < mels <= 512 else 80
+        positions = config_value(config, "max_source_positions")
+        frames = 2 * positions if isinstance(positions, int) and 0 < 2 * positions <= 3000 else AUDIO_FRAMES
+        shapes = [((n, mels, frames), frames), ((n, frames, mels), frames)]
+        what = f"{frames} frames of {mels} mel bins"
+    for shape, length in shapes:
+        x = torch.randn(*shape, generator=gen)
+        kwargs: dict[str, Any] = {key: x.to(dtype) if dtype is not None else x}
+        for mask in masks:
+            kwargs[mask] = torch.ones(n, length, dtype=torch.long)
+        yield ModelInputs("", kwargs, "audio", [f"audio made from the config: {what}, {key} {tuple(shape)}"])
+
+
 def _decoder_start(config: Any) -> int:
     """The token a decoder starts from: the config's ``decoder_start_token_id``, else its bos/pad, else 0."""
     for key in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
@@ -446,6 +489,11 @@ def candidate_inputs(
             inputs.entry = entry_path
             inputs.kwargs.update(common)
             yield inputs
+    for inputs in _audio_inputs(entry, params, gen, dtype, workload):
+        found = True
+        inputs.entry = entry_path
+        inputs.kwargs.update(common)
+        yield inputs
     if "input_ids" in params:
         import torch
 

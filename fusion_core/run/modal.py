@@ -265,6 +265,12 @@ def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
         if v is not None and v.dim() >= 4 and "image_grid_thw" not in kw and "video_grid_thw" not in kw:
             kind = "video" if (key_modality(key) == "video" or v.dim() == 5) else "image"
             fed.append(FedInput(label, kind, int(v.shape[0]), f"{v.shape[-1]}x{v.shape[-2]} px", "synthetic"))
+    for key in [k for k in kw if key_modality(k) == "audio"][:1]:
+        v = kw.get(key)
+        if v is not None and hasattr(v, "shape") and v.dim() >= 2:
+            fed.append(
+                FedInput(label, "audio", int(v.shape[0]), f"{key} {'x'.join(map(str, v.shape[1:]))}", "synthetic")
+            )
     ids = kw.get("input_ids")
     if ids is not None:
         fed.append(FedInput(label, "text", int(ids.shape[0]), f"{ids.shape[-1]} tokens", "synthetic"))
@@ -404,7 +410,8 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
                     group.candidates.append(_counted_audio(model, paths, config, params, dtype, workload, label))
                 except Exception as e:
                     group.notes.append(f"{label}: none from the config ({one_line(e, first=True, named=True)})")
-            if failed and len(group.candidates) > made_before:  # the processor's failure, and what runs instead
+            said = failed[-1].endswith(("inputs made from the config", "inputs from the config")) if failed else True
+            if not said and len(group.candidates) > made_before:  # the processor's failure, and what runs instead
                 group.notes[len(failed) - 1] += "; inputs made from the config instead"
         groups.append(group)
     for c in groups[0].candidates if groups and sized else []:

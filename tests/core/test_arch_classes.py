@@ -534,3 +534,28 @@ def test_float32_rounding_amplified_end_to_end_is_judged_against_its_floor(tmp_p
         assert "FAILED" in capsys.readouterr().out
     finally:
         families.unregister("test_off_2d")
+
+
+# -- an audio encoder alone -------------------------------------------------------------------
+
+
+def test_an_audio_encoder_without_a_processor_runs_on_audio_from_its_config(tmp_path: Path, capsys) -> None:
+    """Qwen3-ASR's encoder: no processor maps to it, and its forward takes ``input_features`` and
+    a mask over the frames. Audio is made from its config (its mel bins) and the run says so."""
+    import torch
+
+    from fusion_core.coverage.tiny import tiny_configs
+    from fusion_core.model.classes import resolve_model_class
+
+    _, config = next(tiny_configs("qwen3_asr_encoder"))
+    torch.manual_seed(0)
+    folder = _save(resolve_model_class(config)[0](config).eval(), tmp_path / "model")
+    code = main(["check", str(folder), "--fusion", "qkv", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e2e = json.loads(captured.out)["end_to_end"]
+    assert e2e["input_kind"] == "audio"
+    mels = config.num_mel_bins
+    assert e2e["input_shapes"]["input_features"][:2] == [1, mels]
+    assert [(f["modality"], f["source"]) for f in e2e["inputs"]] == [("audio", "synthetic")]
+    assert any(n.startswith("audio made from the config: ") and f"{mels} mel bins" in n for n in e2e["notes"])
