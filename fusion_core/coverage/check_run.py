@@ -246,7 +246,7 @@ def format_check(report: CheckCoverage) -> str:
     n = len(report.checked)
     counts = ", ".join(f"{report.count(s)} {s}" for s in STATUSES)
     head = (
-        f"coverage --check: {n} model type(s): {counts}; {report.jobs} worker(s), {report.seconds:.0f} s "
+        f"coverage, checked end to end: {n} model type(s): {counts}; {report.jobs} worker(s), {report.seconds:.0f} s "
         f"(transformers {report.transformers_version})"
     )
     if report.resumed:

@@ -285,7 +285,7 @@ def unknown_to_transformers(folder: Path) -> str:
     return (
         f" (transformers {transformers.__version__} fuses {knows} on load, and this fused-layout export's "
         f"config.json names {', '.join(unknown)} in fusion_config: fusion_core.load reads it; "
-        "--layout original writes a checkpoint stock transformers loads)"
+        "an export in the original layout is one stock transformers loads)"
     )
 
 

@@ -157,6 +157,35 @@ def clear_cache() -> None:
         _cache.clear()
 
 
+def _refuse_tied(
+    named: Sequence[tuple[str, nn.Module]], instances: dict[type, list[tuple[str, nn.Module, Any]]]
+) -> None:
+    """A candidate whose weights are tied to another module's (one tensor, stored once in the
+    checkpoint: UDOP's two patch embeddings, Zamba2's shared attention) is not fusable: fusing it
+    on its own would untie them. Its verdict becomes a rejection naming the other module."""
+    from ..families.base import Verdict
+
+    owners: dict[int, str] = {}
+    for path, module in named:
+        for pname, param in module._parameters.items():
+            if param is not None:
+                owners.setdefault(id(param), f"{path}.{pname}" if path else pname)
+    for items in instances.values():
+        for i, (path, module, verdict) in enumerate(items):
+            if not verdict.ok:
+                continue
+            prefix = f"{path}." if path else ""
+            for pname, param in module.named_parameters(remove_duplicate=False):
+                first = owners.get(id(param), "")
+                if first and not first.startswith(prefix):
+                    reason = (
+                        f"its weight {prefix}{pname} is tied to {first} (one tensor, stored once): fusing it "
+                        "would untie weights the model shares"
+                    )
+                    items[i] = (path, module, Verdict.no(reason))
+                    break
+
+
 def _scan(
     named: Sequence[tuple[str, nn.Module]], spec: FusionSpec, config: Any, name: str, with_transforms: bool
 ) -> Discovery:
@@ -186,6 +215,8 @@ def _scan(
             verdict = verdicts[id(module)] = spec.judge(module)
         items.append((path, module, verdict))
         order[path] = len(order)
+    if instances:
+        _refuse_tied(named, instances)
     matches: list[Match] = []
     rejected: list[Rejection] = []
     modules: dict[str, nn.Module] = {}

@@ -375,6 +375,23 @@ def _max_text(config: Any) -> int:
     return int(config_value(config, "max_position_embeddings") or 512)
 
 
+_NOT_MEDIA = ("_mask", "_masks", "_lengths", "_sizes", "_thw")
+_AUDIO_PREFIXES = ("input_features", "input_values", "input_audio", "audio_values", "audio_features", "audio_input")
+
+
+def key_modality(name: str) -> str | None:
+    """The medium an input named ``name`` carries, read from the name as models spell it:
+    ``pixel_values`` / ``pixel_values_images`` -> image, ``pixel_values_videos`` -> video,
+    ``input_features`` / ``input_values`` -> audio; ``None`` for anything else (masks, sizes)."""
+    if name.endswith(_NOT_MEDIA):
+        return None
+    if name.startswith("pixel_values"):
+        return "video" if "video" in name else "image"
+    if name.startswith(_AUDIO_PREFIXES):
+        return "audio"
+    return None
+
+
 #: the masks an audio encoder's forward may take over its frames (only fed without text: with
 #: text, ``attention_mask`` is the text's)
 _AUDIO_MASKS = (
@@ -391,8 +408,6 @@ def _audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload:
     a waveform, or mel features in both layouts models use ((batch, mels, frames) and
     (batch, frames, mels)); the run that the model accepts is the one kept."""
     import torch
-
-    from .modal import key_modality
 
     key = next((k for k in params if key_modality(k) == "audio"), None)
     if key is None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckError, one_line
 from ..text import printable
-from .inputs import DEFAULT_GRID_IMAGE_SIZE, ModelInputs, candidate_inputs, entry_module, patch_conv
+from .inputs import DEFAULT_GRID_IMAGE_SIZE, ModelInputs, candidate_inputs, entry_module, key_modality, patch_conv
 from .media import DEFAULT_AUDIO_SECONDS, DEFAULT_FRAMES, Media
 from .results import FedInput
 
@@ -37,9 +37,7 @@ MODALITY_KEYS = {  # the usual names; a model's own come from its forward (:func
     "audio": ("input_features", "input_values", "input_audio_features"),
 }
 PROCESSOR_KIND = "processor"  # input_kind of a run on the user's files or prompt
-_NOT_MEDIA = ("_mask", "_masks", "_lengths", "_sizes", "_thw")
 MAX_MEL_FRAMES = 60_000  # mel frames made from a config: 10 minutes at the usual 10 ms hop
-_AUDIO_PREFIXES = ("input_features", "input_values", "input_audio", "audio_values", "audio_features", "audio_input")
 
 
 @dataclass
@@ -50,19 +48,6 @@ class Group:
     candidates: list[ModelInputs] = field(default_factory=list)
     required: bool = False
     notes: list[str] = field(default_factory=list)
-
-
-def key_modality(name: str) -> str | None:
-    """The medium an input named ``name`` carries, read from the name as models spell it:
-    ``pixel_values`` / ``pixel_values_images`` -> image, ``pixel_values_videos`` -> video,
-    ``input_features`` / ``input_values`` -> audio; ``None`` for anything else (masks, sizes)."""
-    if name.endswith(_NOT_MEDIA):
-        return None
-    if name.startswith("pixel_values"):
-        return "video" if "video" in name else "image"
-    if name.startswith(_AUDIO_PREFIXES):
-        return "audio"
-    return None
 
 
 def modality_keys(params: Any) -> dict[str, tuple[str, ...]]:

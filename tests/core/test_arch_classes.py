@@ -446,7 +446,7 @@ def test_exports_refusal_by_transformers_says_why(falcon_dir: Path, tmp_path: Pa
     assert code == 0, captured.err
     stock = json.loads(captured.out)["consumers"][1]
     assert stock["status"] == "refuses to load" and "Unknown fusion type: qkv (" in stock["detail"], stock
-    assert "fusion_core.load reads it; --layout original writes a checkpoint" in stock["detail"], stock
+    assert "fusion_core.load reads it; an export in the original layout is one stock" in stock["detail"], stock
     code = main(
         ["export", str(falcon_dir), str(tmp_path / "plain"), "--fusion", "qkv", "--layout", "original", "--json"]
     )
