@@ -49,7 +49,6 @@ from fusion_core.host.ops import (
     NoParams,
     Op,
     OpenParams,
-    PlanFileInfo,
     PlanParams,
     ReadPlanParams,
     SavePlanParams,
@@ -574,7 +573,7 @@ class AppState(QObject):
         job.failed.connect(lambda e: self._report("Cannot save the plan", e))
         return job
 
-    def open_plan(self, path: Path) -> Job[PlanFileInfo] | None:
+    def open_plan(self, path: Path) -> Job[PlanData] | None:
         """Read a plan file, check its model is the one it was made from, then open that model
         (unless it is open) with exactly the plan's families, in its order."""
         if self._refused_while_busy():
@@ -587,7 +586,8 @@ class AppState(QObject):
         job.failed.connect(lambda e: self._report(f"Cannot open the plan {path.name}", e))
         return job
 
-    def _on_plan_read(self, info: PlanFileInfo) -> None:
+    def _on_plan_read(self, info: PlanData) -> None:
+        spec = info.identity.spec if info.identity is not None else ""
         options = [name for name, value in info.fusion_config.items() if value is not True]
         if options:
             self.error_raised.emit(
@@ -604,10 +604,10 @@ class AppState(QObject):
             self.enabled = set(names)
             self._fusions_edited()  # the Fusions tab, the tree and the plan follow
 
-        if self.spec == info.spec and self.inspection is not None:
+        if self.spec == spec and self.inspection is not None:
             apply()
             return
-        job = self.open_model(info.spec)
+        job = self.open_model(spec)
         if job is not None:
             job.succeeded.connect(apply)
 

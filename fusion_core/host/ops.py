@@ -169,16 +169,6 @@ class ModelLists:
     hub: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class PlanFileInfo:
-    """A plan file that passed its checks: the model to open and the families to enable, in order."""
-
-    spec: str
-    model_class: str
-    fusion_config: dict[str, Any] = field(default_factory=dict)
-    modules: int = 0  # the modules it fuses
-
-
 # the table -------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class Op(Generic[P, R]):
@@ -221,7 +211,7 @@ UNREGISTER: Op[UnregisterParams, None] = Op("unregister", UnregisterParams, type
 CLOSE: Op[SessionParams, None] = Op("close", SessionParams, type(None))
 COMPARE: Op[CompareParams, Comparison] = Op("compare", CompareParams, Comparison, long=True)
 SAVE_PLAN: Op[SavePlanParams, str] = Op("save_plan", SavePlanParams, str, long=True)
-READ_PLAN: Op[ReadPlanParams, PlanFileInfo] = Op("read_plan", ReadPlanParams, PlanFileInfo, long=True)
+READ_PLAN: Op[ReadPlanParams, PlanData] = Op("read_plan", ReadPlanParams, PlanData, long=True)
 
 #: every operation, by name
 OPS: dict[str, Op[Any, Any]] = {

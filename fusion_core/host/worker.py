@@ -62,7 +62,6 @@ from .ops import (
     NoParams,
     Op,
     OpenParams,
-    PlanFileInfo,
     PlanParams,
     ReadPlanParams,
     SavePlanParams,
@@ -436,14 +435,14 @@ class Host:
         write_text(p.path, json.dumps(document, indent=2) + "\n")
         return p.path
 
-    def _read_plan(self, p: ReadPlanParams) -> Generator[Any, None, PlanFileInfo]:
-        """A plan file, its model checked against the identity it records (as ``check --plan``)."""
-        from ..plan.plan_file import plan_from_file
+    def _read_plan(self, p: ReadPlanParams) -> Generator[Any, None, Any]:
+        """A plan file's data, once its model passed the checks of ``check --plan``."""
+        from ..plan.plan_file import plan_from_file, read_plan
         from ..progress import Progress
 
         yield Progress(0, 0, "checking the plan's model (hashing its weights)")
-        plan = plan_from_file(p.path, trust_remote_code=p.trust_remote_code)
-        return PlanFileInfo(plan.source.spec, plan.model_class, dict(plan.fusion_config), len(plan.matched_paths))
+        plan_from_file(p.path, trust_remote_code=p.trust_remote_code)
+        return read_plan(p.path)
 
     def _compare(self, p: CompareParams) -> Generator[Any, None, Any]:
         """The session's model against ``p.other``, opened once per session (values on request)."""
