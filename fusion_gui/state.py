@@ -3,8 +3,9 @@
 Panels never import each other: they read this state and react to its signals; user
 actions call its methods. Everything the engine computes (opening, plans, the diff,
 checks, export) is a job of the engine process (:class:`JobManager`); the state holds
-only its plain-data answers: an :class:`~fusion_core.plan.view.InspectionView`, a
-:class:`~fusion_core.plan.view.PlanView`, a ``CheckResult``, an ``ExportResult``.
+only its plain-data answers: an :class:`~fusion_core.plan.view.InspectionView`, the plan on
+show as :class:`~fusion_core.plan.plan_data.PlanData` (what ``plan --json`` writes; the checks,
+the export, the diff and the adapter run exactly it), a ``CheckResult``, an ``ExportResult``.
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ from fusion_core.host.ops import (
     CheckParams,
     CompareParams,
     ConsumersParams,
+    DiffParams,
     ExportParams,
     FamilyFileParams,
     ModelLists,
     NoParams,
     Op,
     OpenParams,
-    PlanFileInfo,
     PlanParams,
     ReadPlanParams,
     SavePlanParams,
@@ -62,7 +63,8 @@ if TYPE_CHECKING:
     from fusion_core.export.result import Consumer, ExportResult
     from fusion_core.plan.diff import PlanDiff
     from fusion_core.plan.discovery import Discovery
-    from fusion_core.plan.view import InspectionView, PlanView
+    from fusion_core.plan.plan_data import PlanData
+    from fusion_core.plan.view import InspectionView
     from fusion_core.run.results import CheckResult
 
     from .engine import Engine
@@ -109,7 +111,7 @@ class AppState(QObject):
     preview_cleared = Signal()  # the cached preview on show was withdrawn (its model failed to open)
     _preview_read = Signal(str, object)  # spec, InspectionView | None: read off the window's thread
     fusions_changed = Signal()  # order or enabled set changed (highlights follow)
-    plan_changed = Signal(object)  # PlanView, or None with `plan_error` set
+    plan_changed = Signal(object)  # PlanData, or None with `plan_error` set
     module_selected = Signal(str)  # the tree's current module (path)
     reveal_requested = Signal(str)  # someone wants this module shown in the tree
     tab_requested = Signal(str)  # someone wants this tab shown (main_window.TAB_NAMES)
@@ -150,10 +152,10 @@ class AppState(QObject):
         self.spec: str = ""
         self.family_order: list[str] = []
         self.enabled: set[str] = set()
-        self.plan: PlanView | None = None
+        self.plan: PlanData | None = None
         self.plan_error: str = ""
         self.plan_pending = False  # a plan was asked of the engine and has not arrived
-        self._plan_job: Job[PlanView] | None = None
+        self._plan_job: Job[PlanData] | None = None
         self.check_result: Any = None
         self.selected_path: str = ""
         self.comparison: Any = None  # the last Comparison of the open model with `compare_spec`
@@ -163,6 +165,7 @@ class AppState(QObject):
         self.adapter_path: str = ""  # a PEFT LoRA adapter folder opened next to the model
         self.adapter_plan: AdapterPlan | None = None
         self.adapter_error: str = ""
+        self._adapter_report = False  # the next adapter plan's failure is reported (the user opened it)
 
     # model -----------------------------------------------------------------------------
     @property
@@ -404,8 +407,6 @@ class AppState(QObject):
             self.plan_changed.emit(None)
             return
         self.plan_pending = True
-        if self.adapter_path:  # the adapter's conversion follows the fusions
-            self._plan_adapter()
         job = self.jobs.call(PLAN, PlanParams(self.session, self.fusion_config), background=True)
         self._plan_job = job
         job.succeeded.connect(lambda plan: self._on_planned(plan, ""))
@@ -417,10 +418,16 @@ class AppState(QObject):
         if self.inspection is None:
             return None
         self.adapter_path = str(Path(path).expanduser().resolve())
-        return self._plan_adapter(report=True)
+        self._adapter_report = True  # said once, when planned (now, or when the plan on show arrives)
+        return None if self.plan_pending else self._plan_adapter()
 
-    def _plan_adapter(self, report: bool = False) -> Job[AdapterPlan]:
-        params = AdapterPlanParams(self.session, self.fusion_config, self.adapter_path)
+    def _plan_adapter(self) -> Job[AdapterPlan] | None:
+        """Plan the adapter's conversion for the plan on show (it follows the fusions)."""
+        report, self._adapter_report = self._adapter_report, False
+        if self.plan is None:
+            self._on_adapter_planned(None, self.plan_error or "no plan")
+            return None
+        params = AdapterPlanParams(self.session, self.plan, self.adapter_path)
         job = self.jobs.call(ADAPTER_PLAN, params, background=True)
         job.succeeded.connect(lambda a: self._on_adapter_planned(a, ""))
         job.failed.connect(lambda e: self._on_adapter_planned(None, error_text(e)[0], e if report else None))
@@ -460,35 +467,37 @@ class AppState(QObject):
         job = self._start(
             "adapter",
             ADAPTER,
-            AdapterParams(self.session, self.plan.fusion_config, self.adapter_path, str(out_dir), options),
+            AdapterParams(self.session, self.plan, self.adapter_path, str(out_dir), options),
             f"Converting the adapter {self.adapter_path} to {out_dir}",
             f"Converted the adapter to {out_dir}",
         )
         job.succeeded.connect(self.adapter_finished.emit)
         return job
 
-    def _on_planned(self, plan: PlanView | None, error: str) -> None:
+    def _on_planned(self, plan: PlanData | None, error: str) -> None:
         self._plan_job = None
         self.plan, self.plan_error, self.plan_pending = plan, error, False
         if error:
             log.warning("plan: %s", error)
         self.plan_changed.emit(plan)
         self.fusions_changed.emit()  # the actions' reasons follow the plan
+        if self.adapter_path:  # the adapter's conversion follows the plan
+            self._plan_adapter()
 
-    def _shown_config(self, fusion_config: dict[str, Any] | None) -> dict[str, Any]:
-        if fusion_config is not None:
-            return fusion_config
-        return self.plan.fusion_config if self.plan is not None else self.fusion_config
+    def diff(self, plan: PlanData | None = None) -> Job[PlanDiff]:
+        """The original model against the one ``plan`` fuses (the plan on show by default; a
+        background job)."""
+        return self.jobs.call(DIFF, DiffParams(self.session, plan or self._shown_plan()), background=True)
 
-    def diff(self, fusion_config: dict[str, Any] | None = None) -> Job[PlanDiff]:
-        """The original model against the fused one (a background job): with ``fusion_config``,
-        or the plan on show's."""
-        return self.jobs.call(DIFF, PlanParams(self.session, self._shown_config(fusion_config)), background=True)
-
-    def consumers(self, layout: str, fusion_config: dict[str, Any] | None = None) -> Job[list[Consumer]]:
+    def consumers(self, layout: str, plan: PlanData | None = None) -> Job[list[Consumer]]:
         """Who is expected to load an export in ``layout`` (a dry run on the plan; a background job)."""
-        params = ConsumersParams(self.session, self._shown_config(fusion_config), layout)
+        params = ConsumersParams(self.session, plan or self._shown_plan(), layout)
         return self.jobs.call(CONSUMERS, params, background=True)
+
+    def _shown_plan(self) -> PlanData:
+        if self.plan is None:
+            raise RuntimeError("no plan is on show")
+        return self.plan
 
     def devices(self) -> Job[list[str]]:
         """The devices the engine can run checks on (a background job)."""
@@ -530,7 +539,7 @@ class AppState(QObject):
         job = self._start(
             "checks",
             CHECK,
-            CheckParams(self.session, self.plan.fusion_config, options),
+            CheckParams(self.session, self.plan, options),
             f"Checking {self.spec} ({dtype})",
             f"Checked {self.spec} ({dtype})",
         )
@@ -558,13 +567,13 @@ class AppState(QObject):
         if self.plan is None or self.plan_pending or self.jobs.busy:
             return None
         job = self._start(
-            "save plan", SAVE_PLAN, SavePlanParams(self.session, dict(self.plan.fusion_config), str(path)),
+            "save plan", SAVE_PLAN, SavePlanParams(self.session, self.plan, str(path)),
             f"Saving the plan of {self.spec}", f"Saved the plan of {self.spec} to {path.name}",
         )  # fmt: skip
         job.failed.connect(lambda e: self._report("Cannot save the plan", e))
         return job
 
-    def open_plan(self, path: Path) -> Job[PlanFileInfo] | None:
+    def open_plan(self, path: Path) -> Job[PlanData] | None:
         """Read a plan file, check its model is the one it was made from, then open that model
         (unless it is open) with exactly the plan's families, in its order."""
         if self._refused_while_busy():
@@ -577,7 +586,8 @@ class AppState(QObject):
         job.failed.connect(lambda e: self._report(f"Cannot open the plan {path.name}", e))
         return job
 
-    def _on_plan_read(self, info: PlanFileInfo) -> None:
+    def _on_plan_read(self, info: PlanData) -> None:
+        spec = info.identity.spec if info.identity is not None else ""
         options = [name for name, value in info.fusion_config.items() if value is not True]
         if options:
             self.error_raised.emit(
@@ -594,10 +604,10 @@ class AppState(QObject):
             self.enabled = set(names)
             self._fusions_edited()  # the Fusions tab, the tree and the plan follow
 
-        if self.spec == info.spec and self.inspection is not None:
+        if self.spec == spec and self.inspection is not None:
             apply()
             return
-        job = self.open_model(info.spec)
+        job = self.open_model(spec)
         if job is not None:
             job.succeeded.connect(apply)
 
@@ -610,7 +620,7 @@ class AppState(QObject):
         job = self._start(
             "export",
             EXPORT,
-            ExportParams(self.session, self.plan.fusion_config, str(out_dir), options),
+            ExportParams(self.session, self.plan, str(out_dir), options),
             f"Exporting {self.spec} to {out_dir}",
             f"Exported to {out_dir}",
         )

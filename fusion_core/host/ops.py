@@ -28,7 +28,8 @@ from ..boundary.options import AdapterOptions, CheckOptions, ExportOptions
 from ..compare.result import Comparison
 from ..export.result import Consumer, ExportResult
 from ..plan.diff import PlanDiff
-from ..plan.view import InspectionView, PlanView, view_from_data
+from ..plan.plan_data import PlanData
+from ..plan.view import InspectionView, view_from_data
 from ..run.results import CheckResult
 from . import wire
 
@@ -61,23 +62,32 @@ class OpenParams:
 
 @dataclass(frozen=True)
 class PlanParams:
-    """A plan of the session's model with ``fusion_config``."""
+    """The plan of the session's model with ``fusion_config``: the one operation that makes a
+    plan; every other takes the :class:`PlanData` it answered (the plan the window shows)."""
 
     session: str
     fusion_config: FusionConfigData
 
 
 @dataclass(frozen=True)
+class DiffParams:
+    """The session's model against itself fused as ``plan`` says (checked against the model first)."""
+
+    session: str
+    plan: PlanData
+
+
+@dataclass(frozen=True)
 class CheckParams:
     session: str
-    fusion_config: FusionConfigData
+    plan: PlanData
     options: CheckOptions = field(default_factory=CheckOptions)
 
 
 @dataclass(frozen=True)
 class ExportParams:
     session: str
-    fusion_config: FusionConfigData
+    plan: PlanData
     out_dir: str
     options: ExportOptions = field(default_factory=ExportOptions)
 
@@ -85,16 +95,16 @@ class ExportParams:
 @dataclass(frozen=True)
 class ConsumersParams:
     session: str
-    fusion_config: FusionConfigData
+    plan: PlanData
     layout: str
 
 
 @dataclass(frozen=True)
 class AdapterPlanParams:
-    """A LoRA adapter folder, planned against the session's model fused with ``fusion_config``."""
+    """A LoRA adapter folder, planned against the session's model fused as ``plan`` says."""
 
     session: str
-    fusion_config: FusionConfigData
+    plan: PlanData
     adapter: str
     layout: str | None = None  # the layout to write; None: the other one than the adapter's
 
@@ -104,7 +114,7 @@ class AdapterParams:
     """Convert a LoRA adapter folder into ``out_dir`` (see ``fusion_core.adapter``)."""
 
     session: str
-    fusion_config: FusionConfigData
+    plan: PlanData
     adapter: str
     out_dir: str
     options: AdapterOptions = field(default_factory=AdapterOptions)
@@ -129,10 +139,10 @@ class FamilyFileParams:
 
 @dataclass(frozen=True)
 class SavePlanParams:
-    """Write the plan of the session's model with ``fusion_config`` to ``path`` (``plan --json``'s file)."""
+    """Write ``plan`` of the session's model to ``path`` (``plan --json``'s file, its weights hashed)."""
 
     session: str
-    fusion_config: FusionConfigData
+    plan: PlanData
     path: str
 
 
@@ -157,16 +167,6 @@ class ModelLists:
     demos: list[tuple[str, str]] = field(default_factory=list)
     arch: list[str] = field(default_factory=list)
     hub: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class PlanFileInfo:
-    """A plan file that passed its checks: the model to open and the families to enable, in order."""
-
-    spec: str
-    model_class: str
-    fusion_config: dict[str, Any] = field(default_factory=dict)
-    modules: int = 0  # the modules it fuses
 
 
 # the table -------------------------------------------------------------------------------
@@ -199,8 +199,8 @@ _FROM_PLAIN: dict[Any, Callable[[Any], Any]] = {InspectionView: view_from_data}
 OPEN: Op[OpenParams, InspectionView] = Op("open", OpenParams, InspectionView, long=True)
 CHECK: Op[CheckParams, CheckResult] = Op("check", CheckParams, CheckResult, long=True)
 EXPORT: Op[ExportParams, ExportResult] = Op("export", ExportParams, ExportResult, long=True)
-PLAN: Op[PlanParams, PlanView] = Op("plan", PlanParams, PlanView)
-DIFF: Op[PlanParams, PlanDiff] = Op("diff", PlanParams, PlanDiff)
+PLAN: Op[PlanParams, PlanData] = Op("plan", PlanParams, PlanData)
+DIFF: Op[DiffParams, PlanDiff] = Op("diff", DiffParams, PlanDiff)
 CONSUMERS: Op[ConsumersParams, list[Consumer]] = Op("consumers", ConsumersParams, list[Consumer])
 ADAPTER_PLAN: Op[AdapterPlanParams, AdapterPlan] = Op("adapter_plan", AdapterPlanParams, AdapterPlan)
 ADAPTER: Op[AdapterParams, AdapterResult] = Op("adapter", AdapterParams, AdapterResult, long=True)
@@ -211,7 +211,7 @@ UNREGISTER: Op[UnregisterParams, None] = Op("unregister", UnregisterParams, type
 CLOSE: Op[SessionParams, None] = Op("close", SessionParams, type(None))
 COMPARE: Op[CompareParams, Comparison] = Op("compare", CompareParams, Comparison, long=True)
 SAVE_PLAN: Op[SavePlanParams, str] = Op("save_plan", SavePlanParams, str, long=True)
-READ_PLAN: Op[ReadPlanParams, PlanFileInfo] = Op("read_plan", ReadPlanParams, PlanFileInfo, long=True)
+READ_PLAN: Op[ReadPlanParams, PlanData] = Op("read_plan", ReadPlanParams, PlanData, long=True)
 
 #: every operation, by name
 OPS: dict[str, Op[Any, Any]] = {

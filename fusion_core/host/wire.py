@@ -1,7 +1,7 @@
 """What crosses between the window and the engine process: JSON lines of plain data.
 
 Results are dataclasses of the core whose modules import no torch (``CheckResult``,
-``ExportResult``, ``PlanDiff``, ``PlanView``, ``InspectionView``): :func:`to_plain` turns one
+``ExportResult``, ``PlanDiff``, ``PlanData``, ``InspectionView``): :func:`to_plain` turns one
 into its plain form in the engine, :func:`from_plain` rebuilds the same type in the window,
 so both sides work with the typed object. Both are the one converter's
 (:mod:`fusion_core.boundary.convert`): what crosses is what the CLI documents and the model

@@ -55,13 +55,13 @@ from .ops import (
     CheckParams,
     CompareParams,
     ConsumersParams,
+    DiffParams,
     ExportParams,
     FamilyFileParams,
     ModelLists,
     NoParams,
     Op,
     OpenParams,
-    PlanFileInfo,
     PlanParams,
     ReadPlanParams,
     SavePlanParams,
@@ -112,7 +112,7 @@ class Host:
             OPEN: self._open,
             CHECK: self._check,
             EXPORT: self._export,
-            PLAN: self._plan_view,
+            PLAN: self._preview,
             DIFF: self._diff,
             CONSUMERS: self._consumers,
             ADAPTER_PLAN: self._adapter_plan,
@@ -277,8 +277,13 @@ class Host:
             raise UsageError("no model is open in the engine")
         return insp
 
-    def _plan(self, session: str, fusion_config: dict[str, Any]) -> Any:
-        return self._inspection(session).plan(fusion_config)
+    def _plan(self, session: str, data: Any) -> Any:
+        """The live plan of ``data`` (a PlanData the window previewed), resolved on the session's
+        model; refused when the model or the plan is not what it says."""
+        from ..plan.plan_file import resolve_plan
+
+        insp = self._inspection(session)
+        return resolve_plan(data, insp, f"the plan of {insp.name}")
 
     def _warm_up(self) -> None:
         """Import the engine while the window paints (the first open then starts at once)."""
@@ -336,36 +341,37 @@ class Host:
         return data
 
     def _check(self, p: CheckParams) -> Generator[Any, None, Any]:
-        plan = self._plan(p.session, p.fusion_config)
+        plan = self._plan(p.session, p.plan)
         log.info("checks: %s, %s, %s", plan.model, list(plan.fusion_config), p.options)
         from ..run.checks import iter_check
 
         return (yield from iter_check(plan, p.options))
 
     def _export(self, p: ExportParams) -> Generator[Any, None, Any]:
-        plan = self._plan(p.session, p.fusion_config)
+        plan = self._plan(p.session, p.plan)
         log.info("export: %s -> %s, %s", plan.model, p.out_dir, p.options)
         from ..export.pipeline import iter_export
 
         return (yield from iter_export(plan, p.out_dir, p.options))
 
-    def _plan_view(self, p: PlanParams) -> Any:
-        from ..plan.view import plan_view
+    def _preview(self, p: PlanParams) -> Any:
+        """The one operation that makes a plan: the window shows it and sends it back to run."""
+        from ..plan.plan_file import preview_plan
 
-        return plan_view(self._plan(p.session, p.fusion_config))
+        return preview_plan(self._inspection(p.session), p.fusion_config)
 
-    def _diff(self, p: PlanParams) -> Any:
+    def _diff(self, p: DiffParams) -> Any:
         from ..plan.diff import diff_plan
 
-        return diff_plan(self._plan(p.session, p.fusion_config))
+        return diff_plan(self._plan(p.session, p.plan))
 
     def _adapter_plan(self, p: AdapterPlanParams) -> Any:
         from ..adapter.convert import plan_adapter
 
-        return plan_adapter(self._plan(p.session, p.fusion_config), p.adapter, p.layout).plan
+        return plan_adapter(self._plan(p.session, p.plan), p.adapter, p.layout).plan
 
     def _adapter(self, p: AdapterParams) -> Generator[Any, None, Any]:
-        plan = self._plan(p.session, p.fusion_config)
+        plan = self._plan(p.session, p.plan)
         log.info("adapter: %s -> %s, %s", p.adapter, p.out_dir, p.options)
         from ..adapter.convert import iter_convert_adapter
 
@@ -374,7 +380,7 @@ class Host:
     def _consumers(self, p: ConsumersParams) -> list[dict[str, Any]]:
         from ..export.consumers import predicted_consumers
 
-        return predicted_consumers(self._plan(p.session, p.fusion_config), p.layout)
+        return predicted_consumers(self._plan(p.session, p.plan), p.layout)
 
     def _lists(self, _p: NoParams) -> ModelLists:
         from ..model.demo import DEMOS
@@ -423,20 +429,20 @@ class Host:
         from ..progress import Progress
         from ..report.tree_image import write_text
 
-        plan = self._plan(p.session, p.fusion_config)
+        plan = self._plan(p.session, p.plan)
         yield Progress(0, 0, "hashing the weights (the plan's identity)")
         document = plan_document(plan)
         write_text(p.path, json.dumps(document, indent=2) + "\n")
         return p.path
 
-    def _read_plan(self, p: ReadPlanParams) -> Generator[Any, None, PlanFileInfo]:
-        """A plan file, its model checked against the identity it records (as ``check --plan``)."""
-        from ..plan.plan_file import plan_from_file
+    def _read_plan(self, p: ReadPlanParams) -> Generator[Any, None, Any]:
+        """A plan file's data, once its model passed the checks of ``check --plan``."""
+        from ..plan.plan_file import plan_from_file, read_plan
         from ..progress import Progress
 
         yield Progress(0, 0, "checking the plan's model (hashing its weights)")
-        plan = plan_from_file(p.path, trust_remote_code=p.trust_remote_code)
-        return PlanFileInfo(plan.source.spec, plan.model_class, dict(plan.fusion_config), len(plan.matched_paths))
+        plan_from_file(p.path, trust_remote_code=p.trust_remote_code)
+        return read_plan(p.path)
 
     def _compare(self, p: CompareParams) -> Generator[Any, None, Any]:
         """The session's model against ``p.other``, opened once per session (values on request)."""

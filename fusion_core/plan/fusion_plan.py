@@ -185,49 +185,14 @@ class FusionPlan:
         return [row for ct in self.checkpoint_transforms for row in ct.rows(direction)]
 
 
-def _family_plain(fam: FamilyPlan) -> dict[str, Any]:
-    """One family of ``fusion-core plan --json``: its effective options and its discovery."""
-    d = to_plain(fam.discovery)
-    return {"name": fam.name, "options": fam.effective_options, **{k: d[k] for k in _DISCOVERY_KEYS}}
+def _plan_as_data(plan: FusionPlan) -> dict[str, Any]:
+    from .plan_data import plan_data
+
+    return to_plain(plan_data(plan))
 
 
-_DISCOVERY_KEYS = ("matches", "rejected", "near_misses", "message")
-
-
-def _plan_plain(plan: FusionPlan) -> dict[str, Any]:
-    """The plain form of a plan: the ``fusion-core plan --json`` document (docs/cli-json.md)."""
-    mapping = plan.patch_mapping
-    names = _class_names(mapping)
-    return {
-        "schema_version": 1,
-        "model": plan.model,
-        "model_class": plan.model_class,
-        "fusion_config": plan.fusion_config,
-        "families": [_family_plain(f) for f in plan.families],
-        "patch_mapping": {names[o]: f.__name__ for o, f in mapping.items()},
-        "patch_mapping_modules": {
-            names[o]: [m.path for fam in plan.families for m in fam.discovery.matches if m.original_class is o]
-            for o in mapping
-        },
-        "has_checkpoint": plan.has_checkpoint,
-        "checkpoint_layout": plan.layout,
-        "transforms": to_plain(plan.rows("load")),
-        "reverse_transforms": to_plain(plan.rows("save")),
-        "messages": plan.messages,
-    }
-
-
-# a plan holds classes, the spec and the meta model: its plain form is computed, never read back
-converter.register_unstructure_hook(FamilyPlan, _family_plain)
-converter.register_unstructure_hook(FusionPlan, _plan_plain)
-
-
-def _class_names(mapping: Mapping[type, type]) -> dict[type, str]:
-    """Class names for JSON keys: the bare name, or module.qualname where two classes share one."""
-    counts: dict[str, int] = {}
-    for cls in mapping:
-        counts[cls.__name__] = counts.get(cls.__name__, 0) + 1
-    return {c: c.__name__ if counts[c.__name__] == 1 else f"{c.__module__}.{c.__qualname__}" for c in mapping}
+# a plan holds classes, the specs and the meta model: its plain form is its PlanData's
+converter.register_unstructure_hook(FusionPlan, _plan_as_data)
 
 
 class Inspection:
@@ -512,3 +477,29 @@ def as_plan(
     if fusion_config is None and own_fusion_config:
         fusion_config = getattr(insp.source.config, "fusion_config", None)
     return insp.plan(fusion_config)
+
+
+REBUILT = (
+    "the plan was rebuilt on the original classes: it was made while transformers' own fusion had "
+    "patched them in this process"
+)
+
+
+def unpolluted(plan: FusionPlan) -> tuple[FusionPlan, str]:
+    """The plan to run when transformers' own fusion has patched classes, and what was done.
+
+    A plan made while those patches were active was discovered on the patched
+    (upstream-fused) classes and would find nothing to fuse: this step builds a new plan
+    with the same ``fusion_config`` on a fresh opening of the same source (cached
+    discoveries dropped, the patches suspended) and returns it with :data:`REBUILT`, which
+    the caller shows in its result. Without patches: ``(plan, "")``, the plan itself.
+    """
+    from ..model.upstream_state import upstream_fusion_suspended, upstream_patches
+    from .discovery import clear_cache
+
+    if not upstream_patches():
+        return plan, ""
+    clear_cache()
+    with upstream_fusion_suspended():
+        rebuilt = inspect_model(plan.source).plan(plan.fusion_config)
+    return rebuilt, REBUILT

@@ -19,66 +19,56 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..boundary.convert import from_plain, to_plain
+from ..boundary.convert import PlainDataError, from_plain, to_plain
 from ..errors import PlanMismatchError, UsageError
 from ..text import printable
+from .plan_data import PlanData, SourceIdentity, WeightFile, plan_data
 
 if TYPE_CHECKING:
     from ..model.sources import ModelSource
-    from .fusion_plan import FusionPlan
+    from .fusion_config import FusionConfig
+    from .fusion_plan import FusionPlan, Inspection
+
+__all__ = ["PlanData", "SourceIdentity", "WeightFile", "identity_of", "plan_document", "plan_from_file", "preview_plan",
+           "read_plan", "resolve_plan"]  # fmt: skip
 
 #: a plan file larger than this is not a plan file (a 200k-module plan is ~60 MB)
 MAX_PLAN_BYTES = 256 * 1024 * 1024
 _CHUNK = 8 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class WeightFile:
-    """One weight file of the planned source: its name in the folder, size and SHA-256."""
-
-    name: str
-    size: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class SourceIdentity:
-    """What a plan was made from: checked again before the plan runs."""
-
-    spec: str  # what the user named (a folder, demo:<name>, arch:<type>, a hub id)
-    model_class: str
-    config_sha256: str  # the config as transformers writes it (use_diff=False), and the class
-    files: tuple[WeightFile, ...] = ()
-
-
 #: called with the bytes hashed so far and the total (a progress bar: 16 GB take 20-40 s here)
 Hashed = Callable[[int, int], None]
 
 
-def identity_of(source: ModelSource, hashed: Hashed | None = None) -> SourceIdentity:
-    """The identity of ``source`` now (every weight file read once, to hash it)."""
+def identity_of(source: ModelSource, hashed: Hashed | None = None, *, hash_files: bool = True) -> SourceIdentity:
+    """The identity of ``source`` now (every weight file read once, to hash it; without
+    ``hash_files`` only their sizes: what the engine's plans for its window record)."""
     files: list[WeightFile] = []
     if source.checkpoint is not None and source.folder is not None:
         paths = [Path(source.folder) / name for name in sorted(source.checkpoint.files)]
         sizes = [p.stat().st_size for p in paths]
         counter = _Counter(sum(sizes), hashed)
-        files = [WeightFile(p.name, size, _sha256(p, counter)) for p, size in zip(paths, sizes)]
+        files = [WeightFile(p.name, size, _sha256(p, counter) if hash_files else "") for p, size in zip(paths, sizes)]
     # a folder by its absolute path: the file may be read from another working directory
     spec = str(Path(source.folder).resolve()) if source.kind == "folder" and source.folder is not None else source.spec
     return SourceIdentity(spec, _qualname(source), _config_digest(source), tuple(files))
 
 
 def plan_document(plan: FusionPlan, hashed: Hashed | None = None) -> dict[str, Any]:
-    """``plan --json``: the plan's plain form, its source's identity and the modules it fuses."""
-    return {
-        **to_plain(plan),
-        "matched": dict(plan.matched_paths),
-        "identity": to_plain(identity_of(plan.source, hashed)),
-    }
+    """``plan --json``: the plan's data with its source's identity (the weights hashed)."""
+    return to_plain(plan_data(plan, identity_of(plan.source, hashed)))
+
+
+def preview_plan(insp: Inspection, fusion_config: FusionConfig | None) -> PlanData:
+    """The plan of ``fusion_config`` on the opened model, as the window previews it and sends it
+    back to run: its identity records the weight files' sizes, not their hashes (the engine
+    checks them against the model it has open)."""
+    return plan_data(insp.plan(fusion_config), identity_of(insp.source, hash_files=False))
 
 
 def plan_from_file(
@@ -103,15 +93,37 @@ def plan_from_file(
             or the families no longer match the modules the plan lists.
     """
     from ..model.sources import resolve
-    from .fusion_plan import as_plan
+    from .fusion_plan import inspect_model
 
-    data = _read(Path(path))
-    identity = from_plain(SourceIdentity, data["identity"])
-    source = resolve(model or identity.spec, trust_remote_code=trust_remote_code)
-    _same_source(identity, source, Path(path).name, _Counter(sum(f.size for f in identity.files), hashed))
-    fusion_config = data["fusion_config"]
-    plan = as_plan(source, fusion_config, own_fusion_config=False)
-    planned, now = dict(data["matched"]), dict(plan.matched_paths)
+    data = read_plan(path)
+    name = Path(path).name
+    if data.identity is None:
+        raise UsageError(f"{printable(str(path))} is not a plan file (its identity is null)")
+    if any(not f.sha256 for f in data.identity.files):
+        raise PlanMismatchError(f"{name}: the plan does not record its weight files' SHA-256")
+    source = resolve(model or data.identity.spec, trust_remote_code=trust_remote_code)
+    _same_source(data.identity, source, name, _Counter(sum(f.size for f in data.identity.files), hashed))
+    return _live(data, inspect_model(source), name)
+
+
+def resolve_plan(data: PlanData, insp: Inspection, name: str = "the plan") -> FusionPlan:
+    """The live plan ``data`` describes on the opened model ``insp``: the model checked against
+    the plan's identity (the first file that differs is named), then each family's spec and
+    classes resolved by name, and the result refused unless it is exactly what ``data`` says
+    (its modules, options and key transforms).
+
+    Raises:
+        PlanMismatchError: the model is not the one planned, or the plan differs from it.
+    """
+    if data.identity is None:
+        raise PlanMismatchError(f"{name}: the plan does not say which model it was made from")
+    _same_source(data.identity, insp.source, name, _Counter(sum(f.size for f in data.identity.files), None))
+    return _live(data, insp, name)
+
+
+def _live(data: PlanData, insp: Inspection, name: str) -> FusionPlan:
+    plan = insp.plan(data.fusion_config)
+    planned, now = dict(data.matched), dict(plan.matched_paths)
     if planned != now:
         gone = sorted(set(planned) - set(now))
         new = sorted(set(now) - set(planned))
@@ -119,10 +131,26 @@ def plan_from_file(
         parts = [f"{label}: {', '.join(printable(p) for p in paths[:5])}" + (" ..." if len(paths) > 5 else "")
                  for label, paths in (("no longer matched", gone), ("newly matched", new), ("other family", moved))
                  if paths]  # fmt: skip
-        raise PlanMismatchError(
-            f"{Path(path).name}: the families no longer match the planned modules ({'; '.join(parts)})"
-        )
+        raise PlanMismatchError(f"{name}: the families no longer match the planned modules ({'; '.join(parts)})")
+    again = replace(plan_data(plan, data.identity), model=data.model)
+    if again != data:
+        differ = next(f.name for f in fields(PlanData) if getattr(again, f.name) != getattr(data, f.name))
+        raise PlanMismatchError(f"{name}: the plan's {differ} differ from what the model gives now")
     return plan
+
+
+def read_plan(path: str | os.PathLike[str]) -> PlanData:
+    """A ``plan --json`` file as :class:`PlanData` (no model is opened).
+
+    Raises:
+        UsageError: not a plan file (the message says why).
+    """
+    path = Path(path)
+    data = _read(path)
+    try:
+        return from_plain(PlanData, data)
+    except PlainDataError as e:
+        raise UsageError(f"{printable(str(path))} is not a plan file ({str(e)[:200]})") from None
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -174,7 +202,7 @@ def _same_source(expected: SourceIdentity, source: ModelSource, plan_name: str, 
             raise PlanMismatchError(
                 f"{plan_name}: {printable(name)} changed since the plan ({f.size:,} bytes then, {size:,} now)"
             )
-        if _sha256(file, counter) != f.sha256:
+        if f.sha256 and _sha256(file, counter) != f.sha256:  # "": not hashed, its size checked
             raise PlanMismatchError(f"{plan_name}: {printable(name)} changed since the plan (its SHA-256 differs)")
 
 

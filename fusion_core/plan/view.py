@@ -1,7 +1,8 @@
-"""What the window shows: an opened model (:class:`InspectionView`) and a plan (:class:`PlanView`).
+"""What the window shows of an opened model (:class:`InspectionView`; a plan it shows as
+:class:`~fusion_core.plan.plan_data.PlanData`).
 
-The engine runs in its own process (:mod:`fusion_core.host`); the window receives these
-views of what it opened and planned, never the live objects (which hold classes, functions
+The engine runs in its own process (:mod:`fusion_core.host`); the window receives this
+view of what it opened, never the live objects (which hold classes, functions
 and the meta model). They hold the engine's own plain types (:class:`~.discovery.Discovery`,
 :class:`~fusion_core.model.tree.ModuleTree`) and cross as their plain form
 (:mod:`fusion_core.boundary.convert`), which is also what the model cache keeps
@@ -21,14 +22,9 @@ from .discovery import Discovery
 __all__ = [
     "FamilyInfo",
     "InspectionView",
-    "PlanView",
-    "PlannedFamily",
-    "PlannedTransform",
-    "PreviewRow",
     "cached_view",
     "inspection_data",
     "inspection_view",
-    "plan_view",
     "view_from_data",
 ]
 
@@ -73,63 +69,6 @@ class InspectionView:
 
     def info(self, family: str) -> FamilyInfo:
         return self.family_info.get(family) or FamilyInfo(family)
-
-
-@dataclass(frozen=True)
-class PreviewRow:
-    """One checkpoint key of a transform, as the preview shows it (one direction)."""
-
-    family: str
-    source_key: str
-    source_shape: tuple[int, ...]
-    dtype: str
-    target_key: str
-    target_shape: tuple[int, ...]
-    op: str
-
-
-@dataclass
-class PlannedTransform:
-    """One key transform of the plan, as preview rows in both directions."""
-
-    family: str
-    first_source: str  # the model key of its first source (names the module it belongs to)
-    present: str  # "original" | "fused" | "missing"
-    load_rows: list[PreviewRow] = field(default_factory=list)
-    save_rows: list[PreviewRow] = field(default_factory=list)
-
-    def rows(self, direction: str = "load") -> list[PreviewRow]:
-        return self.load_rows if direction == "load" else self.save_rows
-
-
-@dataclass
-class PlannedFamily:
-    """An enabled family: its options (as given) and its discovery."""
-
-    name: str
-    options: dict[str, Any]
-    discovery: Discovery
-
-
-@dataclass
-class PlanView:
-    """Everything the window shows of a plan (see :class:`~fusion_core.plan.FusionPlan`)."""
-
-    model: str
-    model_class: str
-    fusion_config: dict[str, Any]
-    families: list[PlannedFamily]
-    checkpoint_transforms: list[PlannedTransform]
-    has_checkpoint: bool
-    layout: str
-    patch_mapping: list[tuple[str, str]]  # (original class, fused class), in plan order
-    seconds: float = 0.0
-    messages: list[str] = field(default_factory=list)
-
-    @property
-    def matched_paths(self) -> dict[str, str]:
-        """module path -> family name."""
-        return {m.path: fam.name for fam in self.families for m in fam.discovery.matches}
 
 
 def inspection_view(spec: str, insp: Any) -> InspectionView:
@@ -184,30 +123,3 @@ def cached_view(spec: str) -> InspectionView | None:
     """The model cache's entry of ``spec``, when there is a valid one for its current key
     (an old or malformed entry is removed and ignored; torch is not imported)."""
     return cache.load(spec, view_from_data)
-
-
-def plan_view(plan: Any) -> PlanView:
-    """The view of ``plan`` (a :class:`~fusion_core.plan.FusionPlan`), built in the engine."""
-    families = [PlannedFamily(fam.name, dict(fam.options), fam.discovery) for fam in plan.families]
-    transforms = [
-        PlannedTransform(
-            ct.family,
-            ct.transform.sources[0],
-            ct.present,
-            from_plain(list[PreviewRow], ct.rows("load")),
-            from_plain(list[PreviewRow], ct.rows("save")),
-        )
-        for ct in plan.checkpoint_transforms
-    ]
-    return PlanView(
-        model=plan.model,
-        model_class=plan.model_class,
-        fusion_config=dict(plan.fusion_config),
-        families=families,
-        checkpoint_transforms=transforms,
-        has_checkpoint=plan.has_checkpoint,
-        layout=plan.layout,
-        patch_mapping=[(a.__name__, b.__name__) for a, b in plan.patch_mapping.items()],
-        seconds=plan.seconds,
-        messages=list(plan.messages),
-    )

@@ -37,9 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..boundary.options import CheckOptions, OptionError, TimingOptions, Workload
 from ..errors import Cancelled, CheckError
+from ..model.upstream_state import upstream_fusion_suspended
+from ..plan.fusion_plan import unpolluted
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from .capture import shapes_of
-from .loading import load_original, unpolluted, upstream_fusion_suspended
+from .loading import load_original
 from .machine import this_machine
 from .results import (
     FLOOR_FACTOR,

@@ -22,15 +22,16 @@ import copy
 import logging
 import os
 import sys
-import threading
 import time
-from collections.abc import Generator, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Generator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..boundary.options import DTYPES, OptionError
 from ..errors import CheckpointError, LoadError, one_line
+from ..model.upstream_state import upstream_fusion_suspended
+from ..plan.fusion_plan import unpolluted
 from ..plan.layout import listed, require_checkpoint
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from .results import FusedModule, LoadReport
@@ -42,9 +43,7 @@ if TYPE_CHECKING:
     from ..model.sources import ModelSource
     from ..plan.fusion_plan import FusionConfig, FusionPlan, Inspection
 
-__all__ = ["DTYPES", "LoadResult", "iter_load", "load", "load_original", "load_plain", "unpolluted"]
-
-_SUSPEND_LOCK = threading.RLock()
+__all__ = ["DTYPES", "LoadResult", "iter_load", "load", "load_original", "load_plain"]
 
 
 @dataclass
@@ -240,88 +239,6 @@ def from_pretrained(
     if info_out is not None:
         info_out.update(info)
     return model
-
-
-POLLUTED = (
-    "transformers' own fusion (from_pretrained(..., fusion_config=...)) ran earlier in this process and left "
-    "its class patches ({names}) and weight converters registered process-wide; they are suspended while "
-    "this runs (to avoid them, run transformers' fusion in a separate process)"
-)
-
-
-def upstream_patches() -> list[str]:
-    """The class names transformers' own fusion has patched process-wide (empty when none)."""
-    mp = sys.modules.get("transformers.monkey_patching")
-    fm = sys.modules.get("transformers.fusion_mapping")
-    if mp is None or fm is None:  # transformers' fusion never imported: it cannot have run
-        return []
-    registered = getattr(fm, "_REGISTERED_FUSION_SOURCE_PATTERNS", {})
-    return sorted(mp.get_patch_mapping()) if registered or mp.get_patch_mapping() else []
-
-
-REBUILT = (
-    "the plan was rebuilt on the original classes: it was made while transformers' own fusion had "
-    "patched them in this process"
-)
-
-
-def unpolluted(plan: FusionPlan) -> tuple[FusionPlan, str]:
-    """The plan to run when transformers' own fusion has patched classes, and what was done.
-
-    A plan made while those patches were active was discovered on the patched
-    (upstream-fused) classes and would find nothing to fuse: this step builds a new plan
-    with the same ``fusion_config`` on a fresh opening of the same source (cached
-    discoveries dropped, the patches suspended) and returns it with :data:`REBUILT`, which
-    the caller shows in its result. Without patches: ``(plan, "")``, the plan itself.
-    """
-    if not upstream_patches():
-        return plan, ""
-    from ..plan.discovery import clear_cache
-    from ..plan.fusion_plan import inspect_model
-
-    clear_cache()
-    with upstream_fusion_suspended():
-        rebuilt = inspect_model(plan.source).plan(plan.fusion_config)
-    return rebuilt, REBUILT
-
-
-@contextmanager
-def upstream_fusion_suspended(notes: list[str] | None = None) -> Iterator[list[str]]:
-    """Build and load models as if transformers' own fusion had never run in this process.
-
-    ``from_pretrained(..., fusion_config=...)`` registers class patches (applied by every
-    later ``from_pretrained`` and model ``__init__``) and weight converters for the model
-    type, and never removes them (DESIGN.md). Inside this block both are taken out, so
-    the "original" is the original and discovery sees the original classes; they are put
-    back on exit. A note naming them is added to ``notes``.
-    """
-    names = upstream_patches()
-    if not names:
-        yield []
-        return
-    import transformers.conversion_mapping as cm
-    from transformers import fusion_mapping as fm
-    from transformers import monkey_patching as mp
-
-    with _SUSPEND_LOCK:
-        mapping = mp.get_patch_mapping()
-        saved: dict[str, Any] = {}
-        cache = cm._checkpoint_conversion_mapping_cache or {}
-        for (model_type, _family), sources in fm._REGISTERED_FUSION_SOURCE_PATTERNS.items():
-            current = cache.get(model_type)
-            if current is not None and model_type not in saved:
-                saved[model_type] = current
-                cache[model_type] = [c for c in current if tuple(c.source_patterns) not in sources]
-        mp.clear_patch_mapping()
-        message = POLLUTED.format(names=", ".join(names) or "weight converters")
-        if notes is not None and message not in notes:
-            notes.append(message)
-        try:
-            yield [message]
-        finally:
-            cache.update(saved)
-            if mapping:
-                mp.register_patch_mapping(mapping, overwrite=True)
 
 
 def iter_load(

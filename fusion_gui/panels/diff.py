@@ -31,7 +31,7 @@ from ..models.elide import KeyElideDelegate, core_width
 from ..models.table_model import Column, RowRole, RowsTableModel, TextFilterProxy, natural_widths, share_width
 
 if TYPE_CHECKING:
-    from fusion_core.plan.view import PlanView
+    from fusion_core.plan.plan_data import PlanData
 
     from ..state import AppState
 
@@ -95,7 +95,7 @@ class DiffPanel(QWidget):
         super().__init__(parent)
         self.state = state
         self.diff: Any = None
-        self._plan: PlanView | None = None
+        self._plan: PlanData | None = None
         self._dirty = False
         self._running: Any = None  # the plan whose diff job is running
         self.summary = QLabel("Open a model to compare it with its fused form.")
@@ -137,7 +137,7 @@ class DiffPanel(QWidget):
         return self.isVisible() and (self._dirty or self._timer.isActive() or self._running is not None)
 
     # plan -> diff ----------------------------------------------------------------------
-    def _on_plan_changed(self, plan: PlanView | None) -> None:
+    def _on_plan_changed(self, plan: PlanData | None) -> None:
         self._plan, self._dirty = plan, True
         if self.isVisible():
             self._timer.start()
@@ -166,17 +166,17 @@ class DiffPanel(QWidget):
             return
         self._running = plan
         self._set_summary("Comparing the original model with the fused one…")
-        job = self.state.diff(plan.fusion_config)
+        job = self.state.diff(plan)
         job.succeeded.connect(lambda result, p=plan: self._on_done(p, result))
         job.failed.connect(lambda error, p=plan: self._on_failed(p, error))
 
-    def _on_done(self, plan: PlanView, result: Any) -> None:
+    def _on_done(self, plan: PlanData, result: Any) -> None:
         if plan is self._running:
             self._running = None
         if plan is self._plan:  # a stale diff (the families changed meanwhile) is dropped
             self._show(result)
 
-    def _on_failed(self, plan: PlanView, error: BaseException) -> None:
+    def _on_failed(self, plan: PlanData, error: BaseException) -> None:
         from ..state import error_text
 
         if plan is self._running:

@@ -108,7 +108,7 @@ class ExportDialog(QDialog):
 
         # only the families that fuse something here: an enabled family that matches nothing is not exported
         plan = state.plan
-        matched = {fam.name for fam in plan.families if fam.discovery.matches} if plan is not None else set()
+        matched = {fam.name for fam in plan.families if fam.matches} if plan is not None else set()
         fusions = ", ".join(name for name in state.fusion_config if name in matched) or "none"
         if shown is None or not shown.has_checkpoint:
             self.note.setText("This source has no weights (config only): there is nothing to export.")

@@ -15,7 +15,7 @@ from .. import style
 from ..format import in_scope, natural_key, plain_tip, printable
 
 if TYPE_CHECKING:
-    from fusion_core.plan.view import PlanView
+    from fusion_core.plan.plan_data import PlanData
 
     from ..state import AppState
 
@@ -67,7 +67,7 @@ class MappingPanel(QWidget):
             self.scope = path
             self._on_plan_changed(self.state.plan)
 
-    def _on_plan_changed(self, plan: PlanView | None) -> None:
+    def _on_plan_changed(self, plan: PlanData | None) -> None:
         self.table.clear()
         if plan is None:
             self.summary.setText(self.state.plan_error or "Open a model to see its patch mapping.")
@@ -80,7 +80,7 @@ class MappingPanel(QWidget):
         count = hidden = 0
         for fam in plan.families:
             by_class: dict[str, list] = {}
-            for m in sorted(fam.discovery.matches, key=lambda m: natural_key(m.path)):
+            for m in sorted(fam.matches, key=lambda m: natural_key(m.path)):
                 if in_scope(m.path, self.scope):
                     by_class.setdefault(m.class_path or m.class_name, []).append(m)
                 else:

@@ -35,7 +35,7 @@ from ..format import in_scope, natural_key, plain_tip, printable, shape_text
 from ..models.elide import KeyElideDelegate, core_width
 
 if TYPE_CHECKING:
-    from fusion_core.plan.view import PlanView
+    from fusion_core.plan.plan_data import PlanData
 
     from ..state import AppState
 
@@ -44,16 +44,6 @@ ModuleRole = Qt.ItemDataRole.UserRole + 2  # the module path (both kinds of rows
 
 HEADERS = ("Module / checkpoint key", "Shape", "dtype", "Op", "Target key", "Target shape")
 KEY_COLUMNS = (0, 4)
-
-
-def owner_module(model_key: str, matched: set[str]) -> str:
-    """The fused module a model key belongs to: the longest matched path that prefixes it."""
-    parts = model_key.split(".")
-    for n in range(len(parts) - 1, 0, -1):
-        prefix = ".".join(parts[:n])
-        if prefix in matched:
-            return prefix
-    return ".".join(parts[:-2]) or model_key
 
 
 def _shape(row: dict[str, Any], key: str) -> str:
@@ -172,22 +162,21 @@ class TransformsPanel(QWidget):
     def _on_direction_toggled(self, _checked: bool) -> None:
         self._on_plan_changed(self.state.plan)
 
-    def _on_plan_changed(self, plan: PlanView | None) -> None:
+    def _on_plan_changed(self, plan: PlanData | None) -> None:
         if plan is None:
             self.rows = []
             self.info.setText(self.state.plan_error or "Open a model to see its weight transforms.")
             self._schedule()
             return
-        matched = set(plan.matched_paths)
-        rows: list[dict[str, Any]] = []
-        for ct in plan.checkpoint_transforms:
-            module = owner_module(ct.first_source, matched)
-            rows.extend({"module": module, **to_plain(row)} for row in ct.rows(self.direction))
+        # the rows as plan --json writes them, the module first, less which side the checkpoint holds
+        rows = [{"module": r.module, **to_plain(r)} for r in plan.rows(self.direction)]
+        for row in rows:
+            del row["present"]
         self.rows = rows
         self.info.setText(self._info_text(plan, len(rows)))
         self._schedule()
 
-    def _info_text(self, plan: PlanView, n: int) -> str:
+    def _info_text(self, plan: PlanData, n: int) -> str:
         if not plan.has_checkpoint:
             text = (
                 "<b>No checkpoint attached</b> (config-only source): these are the rules on the model's own "
@@ -197,12 +186,12 @@ class TransformsPanel(QWidget):
             insp = self.state.inspection
             files = max(insp.checkpoint_files, 0) if insp is not None else 0
             text = (
-                f"Checkpoint layout: <b>{plan.layout}</b> ({files} file(s)). "
+                f"Checkpoint layout: <b>{plan.checkpoint_layout}</b> ({files} file(s)). "
                 f"{n} key(s) transformed; every other key is copied unchanged."
             )
-            if plan.layout == "fused" and self.direction == "load":
+            if plan.checkpoint_layout == "fused" and self.direction == "load":
                 text += " The checkpoint is already fused: it loads as is."
-            missing = sum(1 for ct in plan.checkpoint_transforms if ct.present == "missing")
+            missing = plan.missing_transforms
             if missing:
                 text += (
                     f"<br><span style='color:#b26a00'><b>{missing} transform(s)</b> name keys that were not found "

@@ -28,6 +28,7 @@ from fusion_core.host.ops import (
     OpenParams,
 )
 from fusion_core.host.worker import Host
+from fusion_core.plan.plan_data import PlanData, SourceIdentity
 
 SERVED_TODAY = {
     "open",
@@ -47,6 +48,14 @@ SERVED_TODAY = {
     "save_plan",
     "read_plan",
 }
+
+
+def _plan(fusion_config: dict) -> PlanData:
+    """A plan as the window sends it (what the engine's plan operation answered)."""
+    identity = SourceIdentity("demo:llama", "LlamaForCausalLM", "0" * 64)
+    return PlanData(
+        1, "llama", "LlamaForCausalLM", fusion_config, (), {}, {}, True, "original", (), (), identity=identity
+    )
 
 
 def _host() -> tuple[Host, io.BytesIO]:
@@ -76,10 +85,13 @@ def test_params_round_trip_the_wire() -> None:
         modules_only=True,
     )
     for op, params in (
-        (CHECK, CheckParams("s", {"qkv": True, "patch_embeddings": {"bias": False}}, options)),
-        (EXPORT, ExportParams("s", {"qkv": True}, "/tmp/out", ExportOptions(layout="original", max_shard_size="2GB"))),
+        (CHECK, CheckParams("s", _plan({"qkv": True, "patch_embeddings": {"bias": False}}), options)),
+        (
+            EXPORT,
+            ExportParams("s", _plan({"qkv": True}), "/tmp/out", ExportOptions(layout="original", max_shard_size="2GB")),
+        ),
         (OPEN, OpenParams("s", "demo:llama", trust_remote_code=True)),
-        (ADAPTER, AdapterParams("s", {"qkv": True}, "/tmp/a", "/tmp/out", AdapterOptions(layout="original"))),
+        (ADAPTER, AdapterParams("s", _plan({"qkv": True}), "/tmp/a", "/tmp/out", AdapterOptions(layout="original"))),
     ):
         line = wire.encode(protocol.request(op.name, wire.to_plain(params), 5))
         msg = wire.decode(line)
@@ -98,7 +110,8 @@ def test_an_unknown_operation_gets_an_error_answer() -> None:
     host, out = _host()
     host.dispatch("_op_close", {"session": "s"}, 7)  # a name the old getattr dispatch would have served
     host.dispatch("open", {"spec": "demo:llama"}, 8)  # no session: params of the wrong shape
-    host.dispatch("check", {"session": "s", "fusion_config": {}, "options": {"workload": {"batch": 0}}}, 9)
+    plan = wire.to_plain(_plan({}))
+    host.dispatch("check", {"session": "s", "plan": plan, "options": {"workload": {"batch": 0}}}, 9)
     host.dispatch("nothing", {}, None)  # a notification: no answer, even for an error
     first, second, third = _answers(out)
     assert first["id"] == 7 and first["error"]["code"] == protocol.METHOD_NOT_FOUND
@@ -136,7 +149,7 @@ def test_export_params_round_trip_both_shard_size_forms() -> None:
     from fusion_core.host.ops import ExportParams
 
     for size in (5_000_000_000, "2GB"):
-        params = ExportParams("s", {"patch_embeddings": True}, "/tmp/out", ExportOptions(max_shard_size=size))
+        params = ExportParams("s", _plan({"patch_embeddings": True}), "/tmp/out", ExportOptions(max_shard_size=size))
         back = wire.from_plain(ExportParams, json.loads(json.dumps(wire.to_plain(params))))
         assert back == params and type(back.options.max_shard_size) is type(size)
     with pytest.raises(ValueError, match=r"expected int \| str"):

@@ -124,3 +124,32 @@ def test_export_plan_without_out_says_what_to_give(llama_dir: Path, tmp_path: Pa
     plan = _write(tmp_path, _plan(capsys, "demo:llama", "qkv"))
     assert main(["export", "--plan", str(plan)]) == 2
     assert "give MODEL and OUT, or --plan PLAN.json OUT" in capsys.readouterr().err
+
+
+def test_the_engine_runs_the_plan_it_is_sent_and_refuses_one_that_is_not_its_model(llama_dir: Path, tmp_path: Path):
+    """The window's plan (PlanData, weights by size) resolves on the engine's model to the plan
+    it shows; a weight file that changed since, or a plan edited to other options or keys, is
+    refused, naming what differs."""
+    import dataclasses
+
+    from fusion_core.errors import PlanMismatchError
+    from fusion_core.host import wire
+    from fusion_core.plan.fusion_plan import inspect_model
+    from fusion_core.plan.plan_data import PlanData
+    from fusion_core.plan.plan_file import preview_plan, resolve_plan
+
+    shutil.copytree(llama_dir, tmp_path / "model")
+    insp = inspect_model(str(tmp_path / "model"))
+    sent = wire.from_plain(PlanData, json.loads(json.dumps(wire.to_plain(preview_plan(insp, {"qkv": True})))))
+    assert [f.sha256 for f in sent.identity.files] == [""]  # sizes only: no 16 GB hashed per preview
+    plan = resolve_plan(sent, insp)
+    assert plan.matched_paths == sent.matched == {f"model.layers.{i}.self_attn": "qkv" for i in (0, 1)}
+    edited = dataclasses.replace(sent, transforms=sent.transforms[1:])
+    with pytest.raises(PlanMismatchError, match="the plan's transforms differ"):
+        resolve_plan(edited, insp)
+    with pytest.raises(PlanMismatchError, match="no longer match the planned modules"):
+        resolve_plan(dataclasses.replace(sent, matched={}), insp)
+    with (tmp_path / "model" / "model.safetensors").open("ab") as f:
+        f.write(b"\0")
+    with pytest.raises(PlanMismatchError, match=r"model\.safetensors changed since the plan"):
+        resolve_plan(sent, insp)

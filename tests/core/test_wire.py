@@ -11,7 +11,9 @@ from fusion_core import errors
 from fusion_core.host import wire
 from fusion_core.plan.diff import PlanDiff, diff_plan
 from fusion_core.plan.fusion_plan import inspect_model
-from fusion_core.plan.view import PlanView, inspection_data, plan_view, view_from_data
+from fusion_core.plan.plan_data import PlanData
+from fusion_core.plan.plan_file import preview_plan, resolve_plan
+from fusion_core.plan.view import inspection_data, view_from_data
 from fusion_core.run.results import CheckResult, Comparison, ModuleCheck, Timing, Tolerance
 
 
@@ -25,14 +27,20 @@ def llama():
     return inspect_model("demo:llama")
 
 
-def test_plan_view_and_diff_round_trip(llama):
+def test_plan_data_and_diff_round_trip(llama):
+    """The plan the window shows crosses as PlanData and back, and resolves to the same live plan."""
     plan = llama.plan({"qkv": True, "gate_up": True})
-    view = plan_view(plan)
-    back = _trip(PlanView, view)
-    assert back == view
-    assert back.matched_paths == plan.matched_paths
-    assert [wire.to_plain(r) for t in back.checkpoint_transforms for r in t.rows("save")] == plan.rows("save")
-    assert back.patch_mapping == [(a.__name__, b.__name__) for a, b in plan.patch_mapping.items()]
+    data = preview_plan(llama, {"qkv": True, "gate_up": True})
+    back = _trip(PlanData, data)
+    assert back == data and wire.to_plain(back) == wire.to_plain(data)
+    assert back.matched == plan.matched_paths and isinstance(back.transforms[0].source_shape, tuple)
+    keys = ("family", "source_key", "source_shape", "dtype", "target_key", "target_shape", "op")
+    assert [{k: wire.to_plain(r)[k] for k in keys} for r in back.rows("save")] == plan.rows("save")
+    assert back.patch_mapping == {a.__name__: b.__name__ for a, b in plan.patch_mapping.items()}
+    assert {r.module for r in back.transforms} == {
+        p for p, fam in plan.matched_paths.items() if fam in ("qkv", "gate_up")
+    }
+    assert resolve_plan(back, llama).matched_paths == plan.matched_paths
     diff = diff_plan(plan)
     got = _trip(PlanDiff, diff)
     assert got == diff and wire.to_plain(got) == wire.to_plain(diff) and isinstance(got.keys[0].shape, tuple)

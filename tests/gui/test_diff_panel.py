@@ -83,7 +83,7 @@ def test_diff_tab_on_full_size_omni(qtbot, window, open_model, only_fusions):
         window.show_tab("diff")
     diff = blocker.args[0]
     assert diff.params_equal and not diff.unexplained
-    assert len(panel.rows("modules")) == len(window.state.plan.matched_paths) == 145
+    assert len(panel.rows("modules")) == len(window.state.plan.matched) == 145
     assert len(panel.rows("keys")) == sum(diff.counts().values())
     assert all(r["params_equal"] for r in panel.rows("modules"))
     assert "(equal)" in panel.summary.text()

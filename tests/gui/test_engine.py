@@ -146,6 +146,7 @@ def test_a_call_answers_with_its_typed_result(qtbot, window):
     from fusion_core.boundary.options import CheckOptions
     from fusion_core.errors import UsageError
     from fusion_core.host.ops import CHECK, LISTS, CheckParams, ModelLists, NoParams, OpenParams
+    from fusion_core.plan.plan_data import PlanData
 
     jobs = window.state.jobs
     job = jobs.call(LISTS, NoParams(), background=True)
@@ -159,7 +160,8 @@ def test_a_call_answers_with_its_typed_result(qtbot, window):
     job.add_done_callback(seen.append)
     assert seen == [job]
     # an engine error arrives as its own class, through the same future
-    failing = jobs.call(CHECK, CheckParams("no-such-session", {}, CheckOptions()), background=True)
+    nothing = PlanData(1, "m", "C", {}, (), {}, {}, False, "none", (), ())  # a plan, of a session the engine lacks
+    failing = jobs.call(CHECK, CheckParams("no-such-session", nothing, CheckOptions()), background=True)
     with qtbot.waitSignal(failing.failed, timeout=JOB_TIMEOUT_MS) as sig:
         pass
     assert isinstance(sig.args[0], UsageError) and failing.exception() is sig.args[0]

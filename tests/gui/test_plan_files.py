@@ -60,3 +60,24 @@ def test_a_plan_of_a_changed_model_is_refused_naming_the_file(qtbot, window, ope
     title, message = raised.args[:2]
     assert title == "Cannot open the plan plan.json"
     assert "model.safetensors changed since the plan (its SHA-256 differs)" in message
+
+
+def test_the_check_runs_the_plan_on_show_and_refuses_it_once_the_weights_changed(
+    qtbot, window, open_model, only_fusions, tmp_path, llama_dir
+):
+    """The window sends the plan it shows (PlanData); the engine resolves it on its model and
+    refuses it, naming the file, when the weights are no longer those it was made from."""
+    from fusion_core.boundary.options import CheckOptions, TimingOptions
+
+    folder = tmp_path / "model"
+    shutil.copytree(llama_dir, folder)
+    open_model(window, str(folder))
+    only_fusions(window, "qkv")
+    size = (folder / "model.safetensors").stat().st_size
+    with (folder / "model.safetensors").open("ab") as f:
+        f.write(b"\0")  # after the plan was made
+    with qtbot.waitSignal(window.state.error_raised, timeout=JOB_TIMEOUT_MS) as raised:
+        assert window.state.run_checks(CheckOptions(upstream=False, timing=TimingOptions(budget_s=0))) is not None
+    title, message = raised.args[:2]
+    assert title == "Checks failed"
+    assert f"model.safetensors changed since the plan ({size:,} bytes then, {size + 1:,} now)" in message
