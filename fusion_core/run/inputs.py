@@ -110,8 +110,10 @@ def pixel_conv(model: nn.Module, fused_paths: list[str]) -> nn.Module | None:
             return conv
     if not fused_paths:
         return None
-    for module in model.modules():
-        if hasattr(module, "kernel_size") and hasattr(module, "in_channels") and module.in_channels <= _PIXEL_CHANNELS:
+    from torch import nn
+
+    for module in model.modules():  # a 2-D or 3-D convolution on few channels (not an audio codec's Conv1d)
+        if isinstance(module, (nn.Conv2d, nn.Conv3d)) and module.in_channels <= _PIXEL_CHANNELS:
             return module
     return None
 
