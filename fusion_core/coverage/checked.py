@@ -137,7 +137,9 @@ def _check_variant(model_type: str, how: str, config: Any, family_names: Sequenc
         result.update(variant=how, params=params, model_class=cls.__name__)
         if result["status"] == FAILED and not _stock_loads(cls, folder):
             result["status"] = NOT_BUILT
-            result["reason"] = f"stock transformers does not load the saved tiny model exactly either ({result['reason']})"
+            result["reason"] = (
+                f"stock transformers does not load the saved tiny model exactly either ({result['reason']})"
+            )
         return result
     finally:
         shutil.rmtree(folder, ignore_errors=True)

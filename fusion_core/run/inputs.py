@@ -200,12 +200,15 @@ def video_grid_inputs(
     workload: Workload,
     frames: list | None = None,
     text_ids: list[int] | None = None,
+    per_frame: bool = False,
 ) -> ModelInputs:
     """A clip for a Qwen-VL-like grid model (``pixel_values_videos`` + ``video_grid_thw``).
 
     ``frames`` (H x W x 3 uint8 arrays, a user's video) are resized to the grid and cut into
     tubelets in the order of the model's video processor (which needs torchvision here);
-    without them the tubelets are seeded noise.
+    without them the tubelets are seeded noise. The video tokens are one span between the
+    vision start and end tokens, or with ``per_frame`` one span per temporal step (the
+    layout of Qwen3-VL's processor, whose positions count each step as its own video).
     """
     import numpy as np
     import torch
@@ -253,15 +256,18 @@ def video_grid_inputs(
         end = config_value(config, "vision_end_token_id")
         gen = _generator(workload.seed + 1)
         text = text_ids if text_ids is not None else _text_ids(config, max(4, (workload.seq_len or 8) // 2), gen)
-        ids = ([start] if start is not None else []) + [video_id] * (t * h * w // (merge * merge))
-        ids += ([end] if end is not None else []) + text
+        spans = t if per_frame else 1
+        span = ([start] if start is not None else []) + [video_id] * (t * h * w // (merge * merge) // spans)
+        ids = (span + ([end] if end is not None else [])) * spans + text
         input_ids = torch.tensor([ids] * n)
         kwargs["input_ids"] = input_ids
         if "mm_token_type_ids" in params:
             kwargs["mm_token_type_ids"] = (input_ids == video_id).to(torch.int32) * 2
         if "attention_mask" in params:
             kwargs["attention_mask"] = torch.ones_like(input_ids)
-        notes.append(f"{len(ids)} tokens per row")
+        notes.append(
+            f"{len(ids)} tokens per row" + (f", the video tokens in {spans} spans, one per step" if per_frame else "")
+        )
     if "video_second_per_grid" in params:  # the omni thinkers' time positions: one grid step a second
         kwargs["video_second_per_grid"] = torch.ones(n)
     return ModelInputs("", kwargs, "video", notes)
@@ -490,6 +496,12 @@ def candidate_inputs(
                 video.entry = entry_path
                 video.kwargs.update(common)
                 yield video
+                steps = int(video.kwargs["video_grid_thw"][0, 0])
+                if "input_ids" in params and steps > 1:  # the other token layout, one span per step
+                    spans = video_grid_inputs(entry, conv, params, workload, per_frame=True)
+                    spans.entry = entry_path
+                    spans.kwargs.update(common)
+                    yield spans
                 other = _frames_as_images(entry.config, video)
                 if other is not None:  # a model that counts video frames by its image token (GLM-4V)
                     yield other

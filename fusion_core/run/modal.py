@@ -593,11 +593,18 @@ def _user_video_grid(
     if conv is None or "video_grid_thw" not in params:
         return []
     entry_path, entry = _entry(model, paths)
-    made = video_grid_inputs(entry, conv, params, workload, frames=media.items[0], text_ids=text_ids)
-    made.entry = entry_path
-    made.fed = [FedInput("video+text", "video", 1, media.size(), media.source)]
-    made.fed += _fed_of(made, "video+text")[-1:]
-    made.fed[-1].source = "prompt" if text_ids is not None else "synthetic"
-    made.kind = PROCESSOR_KIND
-    made.notes.append(f"video+text: frames of {media.source} patched as the model's video processor would")
-    return [made]
+    out = []
+    for per_frame in (False, True):  # the two token layouts of the grid models (see video_grid_inputs)
+        made = video_grid_inputs(
+            entry, conv, params, workload, frames=media.items[0], text_ids=text_ids, per_frame=per_frame
+        )
+        if per_frame and ("input_ids" not in made.kwargs or int(made.kwargs["video_grid_thw"][0, 0]) < 2):
+            break
+        made.entry = entry_path
+        made.fed = [FedInput("video+text", "video", 1, media.size(), media.source)]
+        made.fed += _fed_of(made, "video+text")[-1:]
+        made.fed[-1].source = "prompt" if text_ids is not None else "synthetic"
+        made.kind = PROCESSOR_KIND
+        made.notes.append(f"video+text: frames of {media.source} patched as the model's video processor would")
+        out.append(made)
+    return out

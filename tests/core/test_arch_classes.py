@@ -559,3 +559,26 @@ def test_an_audio_encoder_without_a_processor_runs_on_audio_from_its_config(tmp_
     assert e2e["input_shapes"]["input_features"][:2] == [1, mels]
     assert [(f["modality"], f["source"]) for f in e2e["inputs"]] == [("audio", "synthetic")]
     assert any(n.startswith("audio made from the config: ") and f"{mels} mel bins" in n for n in e2e["notes"])
+
+
+# -- a grid video whose tokens come in one span per temporal step ------------------------------
+
+
+def test_qwen3_vl_video_tokens_in_one_span_per_step(tmp_path: Path, capsys) -> None:
+    """Qwen3-VL counts each temporal step of a clip as its own video (a vision start per step):
+    the one-span layout of Qwen2-VL fails its positions, the per-step layout runs."""
+    import torch
+
+    from fusion_core.coverage.tiny import tiny_configs
+    from fusion_core.model.classes import resolve_model_class
+
+    _, config = next(tiny_configs("qwen3_vl"))
+    torch.manual_seed(0)
+    folder = _save(resolve_model_class(config)[0](config).eval(), tmp_path / "model")
+    code = main(["check", str(folder), "--fusion", "patch_embeddings", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e2e = json.loads(captured.out)["end_to_end"]
+    assert "video+text" in e2e["input_kind"]
+    assert any("the video tokens in 2 spans, one per step" in n for n in e2e["notes"])
+    assert not any("not run" in n for n in e2e["notes"])
