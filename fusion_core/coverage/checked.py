@@ -210,6 +210,8 @@ def _failure(result: Any) -> str:
     e2e = result.end_to_end
     if e2e is not None and not e2e.passed and e2e.comparison is not None:
         c = e2e.comparison
+        if c.max_abs_diff == float("inf") and c.note:
+            return f"end to end ({e2e.input_kind}): {c.note}"
         return f"end to end ({e2e.input_kind}): max abs diff {c.max_abs_diff:.3g} > limit {c.limit:.3g}"
     if result.nothing_to_fuse:
         return "nothing to fuse"

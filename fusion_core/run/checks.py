@@ -40,7 +40,7 @@ from ..errors import Cancelled, CheckError
 from ..model.upstream_state import upstream_fusion_suspended
 from ..plan.fusion_plan import unpolluted
 from ..progress import CancelToken, Progress, ProgressCallback, drive
-from .capture import shapes_of
+from .capture import FORWARD_SEED, shapes_of
 from .loading import load_original
 from .machine import this_machine
 from .results import (
@@ -674,8 +674,12 @@ def _check_end_to_end(
     kinds: list[str] = []
     for inputs, out_original in runs:
         entry_f = original.get_submodule(inputs.entry) if inputs.entry else original
-        with torch.inference_mode(), switch.using(True):
-            out_fused = entry_f(**inputs.kwargs)
+        try:
+            with torch.inference_mode(), switch.using(True):
+                torch.manual_seed(FORWARD_SEED)  # the noise the original's run drew (capture_runs)
+                out_fused = entry_f(**inputs.kwargs)
+        except Exception as e:  # the fused model breaks where the original ran: a failed check, with why
+            return _fused_raised(inputs, out_original, e, workload.dtype, notes)
         name, main_o = main_output(out_original)
         _, main_f = main_output(out_fused)
         comparison = compare(main_o, main_f, workload.dtype)
@@ -716,6 +720,28 @@ def _check_end_to_end(
     return EndToEndCheck(first.entry, name, ", ".join(kinds), shapes, comparison, measured, notes, inputs=fed)
 
 
+def _fused_raised(inputs: Any, out_original: Any, error: Exception, dtype: str, notes: list[str]) -> EndToEndCheck:
+    """The end-to-end result when the fused model raises on inputs the original ran: it fails.
+
+    The fused modules may pass alone, yet code around them can rely on what fusion changed
+    (ViLT's embeddings read the patch convolution's 4-D weight shape from its parent)."""
+    import dataclasses
+
+    from ..errors import one_line
+
+    name, main_o = main_output(out_original)
+    why = one_line(error, first=True, named=True, limit=300)
+    failed = dataclasses.replace(
+        compare(main_o, main_o, dtype),
+        max_abs_diff=float("inf"),
+        max_rel_diff=float("inf"),
+        note=f"the fused model raised where the original ran ({why})",
+    )
+    label = inputs.fed[0].run if inputs.fed else inputs.kind
+    notes = [*notes, *inputs.notes, f"{label}: the fused model raised where the original ran: {why}"]
+    return EndToEndCheck(inputs.entry, name, inputs.kind, inputs.shapes(), failed, None, notes, inputs=list(inputs.fed))
+
+
 def _rounding_floor(run: tuple[Any, Any], original: nn.Module, switch: Any, comparison: Comparison, dtype: str) -> None:
     """Judge an end-to-end difference beyond its tolerance against its rounding floor, in place.
 
@@ -738,6 +764,7 @@ def _rounding_floor(run: tuple[Any, Any], original: nn.Module, switch: Any, comp
     inputs, main_o = run
     entry = original.get_submodule(inputs.entry) if inputs.entry else original
     with torch.inference_mode(), switch.precise(torch_dtype(dtype)):
+        torch.manual_seed(FORWARD_SEED)
         out = entry(**inputs.kwargs)
     floor = compare(main_o, main_output(out)[1], dtype).max_abs_diff
     if floor == floor:  # not NaN

@@ -582,3 +582,46 @@ def test_qwen3_vl_video_tokens_in_one_span_per_step(tmp_path: Path, capsys) -> N
     assert "video+text" in e2e["input_kind"]
     assert any("the video tokens in 2 spans, one per step" in n for n in e2e["notes"])
     assert not any("not run" in n for n in e2e["notes"])
+
+
+# -- a model that draws noise in its forward --------------------------------------------------
+
+
+def test_a_model_that_draws_noise_gets_the_same_noise_original_and_fused(tmp_path: Path, capsys) -> None:
+    """ViT-MAE masks a random subset of patches in every forward: the original's and the fused
+    run must draw the same mask (seeded alike), else the comparison measures the mask."""
+    import torch
+    from transformers import ViTMAEConfig, ViTMAEModel
+
+    torch.manual_seed(0)
+    config = ViTMAEConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32, patch_size=8
+    )
+    folder = _save(ViTMAEModel(config).eval(), tmp_path / "model")
+    code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", "--fusion", "qkv", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    e2e = json.loads(captured.out)["end_to_end"]["comparison"]
+    assert e2e["passed"] and e2e["max_abs_diff"] < 1e-4
+
+
+def test_a_fused_model_that_raises_where_the_original_runs_fails_with_why(tmp_path: Path, capsys) -> None:
+    """ViLT's embeddings read the patch convolution's 4-D weight shape from the parent: the
+    fused patch embedding passes alone, but the fused model raises. The check fails and says
+    why, instead of ending in an internal error."""
+    import torch
+
+    from fusion_core.coverage.tiny import tiny_configs
+    from fusion_core.model.classes import resolve_model_class
+
+    _, config = next(tiny_configs("vilt"))
+    torch.manual_seed(0)
+    folder = _save(resolve_model_class(config)[0](config).eval(), tmp_path / "model")
+    code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 1, captured.err
+    result = json.loads(captured.out)
+    assert all(m["comparison"]["passed"] for m in result["modules"])
+    e2e = result["end_to_end"]["comparison"]
+    assert not e2e["passed"]
+    assert e2e["note"].startswith("the fused model raised where the original ran (ValueError: not enough values")
