@@ -49,7 +49,10 @@ _LAYER_RE = re.compile(
     r"^(num_(hidden_|encoder_|decoder_|text_|vision_)?layers|n_layers?|(encoder|decoder|text|vision)_layers"
     r"|num_hidden_layers_.*|depth|num_blocks)$"
 )
-_INDEX_RE = re.compile(r"(layer|block).*(ind|idx|index|indexes|indices)|(ind|idx|index|indexes|indices)$|_layers$")
+_INDEX_RE = re.compile(
+    r"(layer|block).*(ind|idx|index|indexes|indices)|(ind|idx|index|indexes|indices)$"
+    r"|^(moe|cross_attention|mlp_only|full_attn|full_attention|global_attn|sliding_window|kv_source|dense)_layers$"
+)  # layer indices (not feature levels: RT-DETR's encode_proj_layers)
 _HEAD_DIM_RE = re.compile(r"(^|_)(head_dim|dim_head|rope_head_dim|nope_head_dim|rotary_dim)$")
 _FFN_RE = re.compile(r"intermediate|ffn|(^|_)d_ff$|^n_inner$|feedforward|mlp_dim|lora_rank")
 _WIDTHISH_RE = re.compile(r"(hidden|dim|size|channels)")
@@ -382,8 +385,8 @@ def _quoted_widths(d: dict[str, Any], widths: dict[int, int], own: set[str]) -> 
             continue
         if _int(value) and value in widths:
             d[key] = widths[value]
-        elif isinstance(value, (list, tuple)) and value and all(_int(v) for v in value):
-            d[key] = type(value)(widths.get(v, v) for v in value)
+        elif isinstance(value, (list, tuple)) and value and all(_int(v) for v in value) and not key.endswith("sizes"):
+            d[key] = type(value)(widths.get(v, v) for v in value)  # not stage widths (a backbone's hidden_sizes)
 
 
 #: the variants tried, most shrunk first: (name, shrink's keyword arguments)

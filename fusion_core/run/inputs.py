@@ -119,6 +119,7 @@ def pixel_conv(model: nn.Module, fused_paths: list[str]) -> nn.Module | None:
 
 
 _PIXEL_CHANNELS = 4  # RGB, RGBA, a depth or mask channel added
+CNN_IMAGE_SIDE = 256  # a synthetic image for a model whose config gives no size and whose stem is no patch embedding
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -300,7 +301,11 @@ def _pixel_inputs(
     elif isinstance(size, (list, tuple)):
         height, width = (int(min(v, MAX_INPUT_SIDE)) for v in (size[0], size[-1]))
     else:
-        height = width = _size(size) or 2 * kernel[-2 if len(kernel) > 1 else -1]
+        side = kernel[-2 if len(kernel) > 1 else -1]
+        patches = tuple(conv.stride) == kernel  # a patch embedding: two patches a side are enough
+        # a convolutional stem (a detector's backbone) halves the image five or six times:
+        # a side its strides divide keeps every feature map whole
+        height = width = _size(size) or (2 * side if patches else CNN_IMAGE_SIDE)
     n = max(1, workload.batch)
     extras: list[dict[str, Any]] = []
     if "input_ids" in params:
