@@ -514,6 +514,8 @@ def _counted(
     kept["input_ids"] = torch.tensor([ids] * n)
     if "attention_mask" in params:
         kept["attention_mask"] = torch.ones_like(kept["input_ids"])
+    if "mm_token_type_ids" in params:  # the multimodal rotary positions (Qwen-VL, GLM-4V): 1 marks an image token
+        kept["mm_token_type_ids"] = (kept["input_ids"] == image_id).to(torch.int32)
     if "use_cache" in params:
         kept["use_cache"] = False
     if "return_dict" in params:
