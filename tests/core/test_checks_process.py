@@ -189,15 +189,18 @@ def test_upstream_worker_never_imports_from_the_folder(qwen2_vl_dir: Path, tmp_p
     from fusion_core.boundary.options import CheckOptions
     from fusion_core.host import protocol, wire
     from fusion_core.host.ops import CHECK, OPEN, CheckParams, OpenParams
+    from fusion_core.plan.fusion_plan import inspect_model
+    from fusion_core.plan.plan_file import preview_plan
     from fusion_core.run.isolated import isolated_command
 
+    previewed = preview_plan(inspect_model(str(folder)), {"patch_embeddings": True})  # the plan the window sends
     argv, env = isolated_command("fusion_core.host.worker")
     engine = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=folder, env=env)
     try:
         options = CheckOptions.build(repeats=1, upstream=True, time_budget=0)
         requests = [
             (1, OPEN, OpenParams("s", str(folder))),
-            (2, CHECK, CheckParams("s", {"patch_embeddings": True}, options)),
+            (2, CHECK, CheckParams("s", previewed, options)),
         ]
         answers = {}
         for job_id, op, params in requests:
