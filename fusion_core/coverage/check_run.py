@@ -11,7 +11,6 @@ stopped (``resume=True``).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 from ..boundary.convert import converter
 from ..progress import CancelToken, Progress, ProgressCallback, drive
 from .checked import FAILED, FALLBACK, NOT_BUILT, STATUSES, VERIFIED
+from .pool import write_json
 
 SCHEMA_VERSION = 1
 DEFAULT_CHECK_TIMEOUT = 240.0  # seconds per model type (a few variants, each built, saved and checked)
@@ -109,16 +109,6 @@ def _load_results(path: Path) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in data.items() if isinstance(v, dict) and v.get("status") in STATUSES}
 
 
-def _save_results(path: Path, results: dict[str, dict[str, Any]]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(results, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass
-
-
 def fusable_types(only: Sequence[str] | None = None, jobs: int | None = None) -> list[str]:
     """Model types whose meta model has a module some registered family fuses."""
     from .scan import scan
@@ -172,7 +162,8 @@ def coverage_check(
         yield Progress(0, 0, "finding the types with a fusable module")
         wanted = fusable_types(jobs=jobs)
     path = results_file()
-    earlier = _load_results(path) if resume else {}
+    stored = _load_results(path)  # other types' answers stay in the file
+    earlier = stored if resume else {}
     results: dict[str, dict[str, Any]] = {t: earlier[t] for t in wanted if t in earlier}
     resumed = len(results)
     todo = [t for t in wanted if t not in results]
@@ -185,7 +176,7 @@ def coverage_check(
         for i, model_type in enumerate(todo):
             yield Progress(resumed + i, len(wanted), _eta(model_type, i, len(todo), started))
             results[model_type] = check_type(model_type, families, timeout)
-            _save_results(path, {**_load_results(path), **results})
+            write_json(path, {**stored, **results})
     elif todo:
         from .checked import check_types
         from .pool import scan_in_pool
@@ -199,11 +190,11 @@ def coverage_check(
                 if len(fresh) != saved:
                     saved = len(fresh)
                     results.update({t: _from_pool(r) for t, r in fresh.items()})
-                    _save_results(path, {**_load_results(path), **results})
+                    write_json(path, {**stored, **results})
                 yield Progress(resumed + len(fresh), len(wanted), _eta(p.message, len(fresh), len(todo), started))
         finally:
             results.update({t: _from_pool(r) for t, r in fresh.items()})
-            _save_results(path, {**_load_results(path), **results})
+            write_json(path, {**stored, **results})
     yield Progress(len(wanted), len(wanted), "done")
     import torch
     import transformers

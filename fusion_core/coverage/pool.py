@@ -242,11 +242,15 @@ def save_costs(results: dict[str, dict[str, Any]]) -> None:
     """Remember each type's scan time for the next scan's ordering (best effort)."""
     costs = _load_costs()
     costs.update({t: float(r.get("seconds", 0.0)) for t, r in results.items() if r.get("seconds")})
-    path = _costs_file()
+    write_json(_costs_file(), costs)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """``data`` as JSON at ``path``, replaced whole (a reader never sees half a file); best effort."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(costs, sort_keys=True), encoding="utf-8")
+        tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         pass
