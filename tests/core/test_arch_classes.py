@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _check_models import _save
@@ -15,6 +16,20 @@ from _check_models import _save
 from fusion_core.cli.main import main
 
 CLI_FAST = ["--no-upstream", "--repeats", "1", "--time-budget", "0"]
+
+
+def _tiny(model_type: str, folder: Path) -> tuple[Path, type, Any]:
+    """The first shrunk config of ``model_type`` (coverage --check's), its model seeded and saved:
+    (folder, model class, config)."""
+    import torch
+
+    from fusion_core.coverage.tiny import tiny_configs
+    from fusion_core.model.classes import resolve_model_class
+
+    _, config = next(tiny_configs(model_type))
+    cls = resolve_model_class(config)[0]
+    torch.manual_seed(0)
+    return _save(cls(config).eval(), folder), cls, config
 
 
 def falcon_h1(folder: Path) -> Path:
@@ -462,17 +477,11 @@ def test_a_model_whose_root_is_fused_is_checked_end_to_end(tmp_path: Path, capsy
     """A vision tower whose own class holds the patch convolution (GLM-5-Next's vision model):
     the matched path is the root "", whose fused form must be what the end-to-end run sees,
     while the module's own original run stays original."""
-    import torch
 
-    from fusion_core.coverage.tiny import tiny_configs
-    from fusion_core.model.classes import resolve_model_class
     from fusion_core.plan.fusion_plan import inspect_model
     from fusion_core.run.switch import Switch
 
-    _, config = next(tiny_configs("glm5_next_vision"))
-    cls = resolve_model_class(config)[0]
-    torch.manual_seed(0)
-    folder = _save(cls(config).eval(), tmp_path / "model")
+    folder, cls, _ = _tiny("glm5_next_vision", tmp_path / "model")
     plan = inspect_model(folder).plan({"patch_embeddings_2d": True})
     assert "" in plan.matched_paths
     code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", *CLI_FAST, "--json"])
@@ -500,16 +509,11 @@ def test_float32_rounding_amplified_end_to_end_is_judged_against_its_floor(tmp_p
     rounding (4.5e-6 at the module) to 7.5e-4 at its output, beyond the float32 tolerance.
     Every module passed, so the end-to-end difference is judged against how far the original
     moves with the embedding computed in float64; a wrong embedding still fails."""
-    import torch
 
     import fusion_core.families as families
-    from fusion_core.coverage.tiny import tiny_configs
     from fusion_core.families.patch_embeddings_2d import PatchEmbeddings2dFusion
-    from fusion_core.model.classes import resolve_model_class
 
-    _, config = next(tiny_configs("phi4_multimodal_vision"))
-    torch.manual_seed(0)
-    folder = _save(resolve_model_class(config)[0](config).eval(), tmp_path / "model")
+    folder = _tiny("phi4_multimodal_vision", tmp_path / "model")[0]
     code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", *CLI_FAST, "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -542,14 +546,8 @@ def test_float32_rounding_amplified_end_to_end_is_judged_against_its_floor(tmp_p
 def test_an_audio_encoder_without_a_processor_runs_on_audio_from_its_config(tmp_path: Path, capsys) -> None:
     """Qwen3-ASR's encoder: no processor maps to it, and its forward takes ``input_features`` and
     a mask over the frames. Audio is made from its config (its mel bins) and the run says so."""
-    import torch
 
-    from fusion_core.coverage.tiny import tiny_configs
-    from fusion_core.model.classes import resolve_model_class
-
-    _, config = next(tiny_configs("qwen3_asr_encoder"))
-    torch.manual_seed(0)
-    folder = _save(resolve_model_class(config)[0](config).eval(), tmp_path / "model")
+    folder, _, config = _tiny("qwen3_asr_encoder", tmp_path / "model")
     code = main(["check", str(folder), "--fusion", "qkv", *CLI_FAST, "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -567,14 +565,8 @@ def test_an_audio_encoder_without_a_processor_runs_on_audio_from_its_config(tmp_
 def test_qwen3_vl_video_tokens_in_one_span_per_step(tmp_path: Path, capsys) -> None:
     """Qwen3-VL counts each temporal step of a clip as its own video (a vision start per step):
     the one-span layout of Qwen2-VL fails its positions, the per-step layout runs."""
-    import torch
 
-    from fusion_core.coverage.tiny import tiny_configs
-    from fusion_core.model.classes import resolve_model_class
-
-    _, config = next(tiny_configs("qwen3_vl"))
-    torch.manual_seed(0)
-    folder = _save(resolve_model_class(config)[0](config).eval(), tmp_path / "model")
+    folder = _tiny("qwen3_vl", tmp_path / "model")[0]
     code = main(["check", str(folder), "--fusion", "patch_embeddings", *CLI_FAST, "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -609,14 +601,8 @@ def test_a_fused_model_that_raises_where_the_original_runs_fails_with_why(tmp_pa
     """ViLT's embeddings read the patch convolution's 4-D weight shape from the parent: the
     fused patch embedding passes alone, but the fused model raises. The check fails and says
     why, instead of ending in an internal error."""
-    import torch
 
-    from fusion_core.coverage.tiny import tiny_configs
-    from fusion_core.model.classes import resolve_model_class
-
-    _, config = next(tiny_configs("vilt"))
-    torch.manual_seed(0)
-    folder = _save(resolve_model_class(config)[0](config).eval(), tmp_path / "model")
+    folder = _tiny("vilt", tmp_path / "model")[0]
     code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", *CLI_FAST, "--json"])
     captured = capsys.readouterr()
     assert code == 1, captured.err
