@@ -52,8 +52,9 @@ _API: dict[str, str] = {
         ("FusionPlan", "Inspection", "inspect_model", "validate_fusion_config"), "fusion_core.plan.fusion_plan"
     ),
     **dict.fromkeys(("identity_of", "plan_document", "plan_from_file"), "fusion_core.plan.plan_file"),
-    **dict.fromkeys(("LoadResult", "iter_load", "load", "load_plain"), "fusion_core.run.loading"),
-    **dict.fromkeys(("CheckResult", "check", "iter_check"), "fusion_core.run.checks"),
+    **dict.fromkeys(("LoadResult", "iter_load"), "fusion_core.run.loading"),
+    **dict.fromkeys(("CheckResult", "iter_check"), "fusion_core.run.checks"),
+    **dict.fromkeys(("check", "load", "load_plain"), "fusion_core.api"),
     **dict.fromkeys(("ExportResult", "ExportVerification", "iter_export"), "fusion_core.export.pipeline"),
     **dict.fromkeys(("convert_adapter", "iter_convert_adapter", "plan_adapter"), "fusion_core.adapter.convert"),
     "AdapterResult": "fusion_core.adapter.result",

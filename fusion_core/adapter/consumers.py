@@ -102,9 +102,9 @@ class AdapterProbe:
 def _prepare(first: dict[str, Any]) -> dict[str, Any]:
     import torch
 
+    from ..api import load_plain
     from ..export.verify import pick_inputs
     from ..plan.fusion_plan import as_plan
-    from ..run.loading import load_plain
 
     trust = bool(first["trust_remote_code"])
     plan = as_plan(first["base"], first["fusion_config"], trust_remote_code=trust)
@@ -121,7 +121,7 @@ def _stock(ctx: dict[str, Any]) -> Any:
 
 
 def _ours(ctx: dict[str, Any]) -> Any:
-    from ..run.loading import load
+    from ..api import load
 
     return load(ctx["plan"], dtype="float32").model
 

@@ -303,10 +303,10 @@ def _module_outputs(module: Any, captured: tuple[tuple, dict]) -> Any:
 
 
 def _fused_forward(plan: FusionPlan, seed: int, runs: dict[str, Any]) -> tuple[bool, str]:
+    from ..api import load, load_plain
     from ..errors import CheckError
     from ..run.capture import capture_and_run
     from ..run.inputs import patch_conv
-    from ..run.loading import load, load_plain
     from ..run.results import main_output
 
     paths = [m.path for m in plan.families[0].discovery.matches]
@@ -397,7 +397,7 @@ def _export_round_trip(plan: FusionPlan, folder: Path, work: Path) -> tuple[bool
 
 
 def _fused_layout(fused_dir: Path, runs: dict[str, Any]) -> tuple[bool, str]:
-    from ..run.loading import load
+    from ..api import load
     from ..run.results import main_output
 
     built = load(str(fused_dir))

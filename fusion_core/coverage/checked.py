@@ -156,9 +156,9 @@ def _stock_loads(cls: type, folder: str) -> bool:
 
 def _checked(model_type: str, folder: str, family_names: Sequence[str]) -> dict[str, Any]:
     """``check`` on the saved folder with every family that fuses something there, classified."""
+    from ..api import check
     from ..errors import one_line
     from ..plan.fusion_plan import inspect_model
-    from ..run.checks import check
 
     try:
         ins = inspect_model(folder)

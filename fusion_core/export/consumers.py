@@ -331,7 +331,7 @@ def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, CompareAt]:
     before the export exists. The source is freed before this returns: its outputs are kept."""
     import torch
 
-    from ..run.loading import load_plain
+    from ..api import load_plain
     from .verify import export_runs, rounding_floors
 
     trust = bool(first["trust_remote_code"])
@@ -376,7 +376,7 @@ def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> 
 
     import fusion_core
 
-    from ..run.loading import load
+    from ..api import load
     from .verify import compare_outputs, dtype_note
 
     cls, runs, trust, comparison = prepared

@@ -39,7 +39,7 @@ from ..boundary.options import CheckOptions, OptionError, TimingOptions, Workloa
 from ..errors import Cancelled, CheckError
 from ..model.upstream_state import upstream_fusion_suspended
 from ..plan.fusion_plan import unpolluted
-from ..progress import CancelToken, Progress, ProgressCallback, drive
+from ..progress import Progress
 from .capture import FORWARD_SEED, shapes_of
 from .loading import load_original
 from .machine import this_machine
@@ -72,7 +72,6 @@ __all__ = [
     "EndToEndCheck",
     "ModuleCheck",
     "Timing",
-    "check",
     "compare",
     "iter_check",
     "main_output",
@@ -83,7 +82,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ..model.sources import ModelSource
-    from ..plan.fusion_plan import FusionConfig, FusionPlan, Inspection
+    from ..plan.fusion_plan import FusionPlan
     from .offload import MemoryPlan
 
 BY_END_TO_END = "end-to-end inputs"
@@ -131,7 +130,7 @@ def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, N
 
     Args:
         plan: the :class:`FusionPlan` to check (what the user previewed; a model with
-            weights). :func:`check` builds one from a source and a ``fusion_config``.
+            weights). :func:`fusion_core.api.check` builds one from a source and a ``fusion_config``.
         options: the workload (dtype, device, seed, sizes), the timing, upstream parity,
             threads, real inputs (``image``, ``prompt``) and ``modules_only``.
 
@@ -800,41 +799,3 @@ def _shares(result: CheckResult, original: nn.Module, inputs: Any, workload: Wor
     for m in result.modules:
         if m.path in shares:
             m.share_of_end_to_end, m.share_low, m.share_high = shares[m.path]
-
-
-def check(
-    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
-    fusion_config: FusionConfig | None = None,
-    *,
-    options: CheckOptions | None = None,
-    trust_remote_code: bool = False,
-    progress: ProgressCallback | None = None,
-    cancel: CancelToken | None = None,
-    **settings: Any,
-) -> CheckResult:
-    """Check ``source`` fused against the original: the convenient form of :func:`iter_check`.
-
-    Args:
-        source: a :class:`FusionPlan`, or an opened model, a resolved source or a model
-            spec (with weights), planned here with ``fusion_config`` (``None``: the
-            config's own ``fusion_config``).
-        fusion_config: the families, when ``source`` is not a plan.
-        options: a :class:`CheckOptions`; or, instead, its flat ``settings``
-            (:meth:`CheckOptions.build`): ``dtype``, ``device``, ``seed``, ``batch``,
-            ``seq_len``, ``image_size``, ``frames``, ``repeats``, ``time_budget``,
-            ``upstream``, ``threads``, ``image``, ``images``, ``video``, ``audio``, ``prompt``,
-            ``modules_only``.
-        trust_remote_code: see :func:`fusion_core.model.sources.resolve` (specs only).
-        progress, cancel: a progress callback and a cancel token.
-
-    Raises:
-        OptionError: a bad setting (named by its option), or options and settings both given.
-        The errors of :func:`iter_check`.
-    """
-    from ..plan.fusion_plan import as_plan
-
-    if options is not None and settings:
-        raise OptionError(sorted(settings)[0], "given next to an options object")
-    opts = options if options is not None else CheckOptions.build(**settings)
-    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
-    return drive(iter_check(plan, opts), progress, cancel)

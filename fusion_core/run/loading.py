@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import sys
 import time
 from collections.abc import Generator
@@ -33,7 +32,7 @@ from ..errors import CheckpointError, LoadError, one_line
 from ..model.upstream_state import upstream_fusion_suspended
 from ..plan.fusion_plan import unpolluted
 from ..plan.layout import listed, require_checkpoint
-from ..progress import CancelToken, Progress, ProgressCallback, drive
+from ..progress import Progress
 from .results import FusedModule, LoadReport
 
 if TYPE_CHECKING:
@@ -41,9 +40,9 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ..model.sources import ModelSource
-    from ..plan.fusion_plan import FusionConfig, FusionPlan, Inspection
+    from ..plan.fusion_plan import FusionPlan
 
-__all__ = ["DTYPES", "LoadResult", "iter_load", "load", "load_original", "load_plain"]
+__all__ = ["DTYPES", "LoadResult", "iter_load", "load_original"]
 
 
 @dataclass
@@ -386,37 +385,6 @@ def _offloaded(src: ModelSource, config: Any, dtype: Any, memory: Any, notes: li
     return model
 
 
-def load(
-    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
-    fusion_config: FusionConfig | None = None,
-    *,
-    dtype: str | torch.dtype = "float32",
-    device: str = "cpu",
-    max_memory: int | str | None = None,
-    trust_remote_code: bool = False,
-    progress: ProgressCallback | None = None,
-    cancel: CancelToken | None = None,
-) -> LoadResult:
-    """Load ``source`` fused, with an optional progress callback and cancel token.
-
-    The convenient form of :func:`iter_load`: ``source`` is a :class:`FusionPlan`, or an
-    opened model, a resolved :class:`ModelSource` or a model spec (with weights) planned
-    here with ``fusion_config`` (``None``: the config's own ``fusion_config``, else nothing
-    is fused); ``trust_remote_code``: see :func:`fusion_core.model.sources.resolve`.
-
-    Raises:
-        Cancelled: ``cancel`` was set before loading finished (nothing is left patched).
-        UsageError: a bad ``fusion_config`` or dtype.
-        LoadError, CheckpointError, ModelSourceError: see :func:`iter_load`.
-    """
-    from ..boundary.options import parse_size
-    from ..plan.fusion_plan import as_plan
-
-    budget = None if max_memory is None else parse_size(max_memory, "max_memory")
-    plan = as_plan(source, fusion_config, trust_remote_code=trust_remote_code)
-    return drive(iter_load(plan, dtype=dtype, device=device, max_memory=budget), progress, cancel)
-
-
 def load_original(
     plan: FusionPlan,
     *,
@@ -453,27 +421,6 @@ def load_original(
     if str(device) != "cpu" and device_map is None:
         model.to(device)
     return model
-
-
-def load_plain(
-    source: FusionPlan | Inspection | ModelSource | str | os.PathLike[str],
-    *,
-    dtype: str | torch.dtype = "float32",
-    device: str = "cpu",
-    trust_remote_code: bool = False,
-) -> nn.Module:
-    """The original, unfused model of ``source`` (the convenient form of :func:`load_original`).
-
-    ``source`` is a plan (its model and transforms are used), or an opened model, a
-    resolved source or a spec, planned here with the config's own ``fusion_config`` (so a
-    fused-layout export loads back in the original layout).
-
-    Raises:
-        LoadError, CheckpointError, ModelSourceError, UsageError: see :func:`iter_load`.
-    """
-    from ..plan.fusion_plan import as_plan
-
-    return load_original(as_plan(source, trust_remote_code=trust_remote_code), dtype=dtype, device=device)
 
 
 def _original_state_dict(source: ModelSource, plan: FusionPlan) -> dict[str, Any]:

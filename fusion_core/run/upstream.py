@@ -244,8 +244,9 @@ def _worker(request: dict[str, Any]) -> UpstreamReport:
     import torch
 
     from ..model.sources import resolve
+    from ..plan.fusion_plan import as_plan
     from .capture import capture_and_run
-    from .loading import load_plain, plain_config, torch_dtype, weights_loader
+    from .loading import load_original, plain_config, torch_dtype, weights_loader
     from .results import compare, main_output
 
     out = UpstreamReport(available=True, ran=True)
@@ -255,7 +256,7 @@ def _worker(request: dict[str, Any]) -> UpstreamReport:
     workload = from_plain(Workload, request["workload"]) if request.get("workload") else None
     if workload is not None:
         workload = replace(workload, device="cpu")
-    original = load_plain(src, dtype=dtype)
+    original = load_original(as_plan(src), dtype=dtype)  # the checkpoint's own layout, read as the original
     inputs, _captured, out_original = capture_and_run(original, paths, request["seed"], "cpu", workload)
     _, reference = main_output(out_original)
     original_classes = {p: type(original.get_submodule(p)).__name__ for p in paths}

@@ -48,7 +48,7 @@ def test_polluted_process_checks_the_real_original(qwen2_vl_dir: Path) -> None:
         import json
         from transformers import Qwen2VLForConditionalGeneration
         from fusion_core import check, load
-        from fusion_core.run.loading import load_plain
+        from fusion_core.api import load_plain
         d = {str(qwen2_vl_dir)!r}
         up = Qwen2VLForConditionalGeneration.from_pretrained(d, fusion_config={{"patch_embeddings": True}})
         r = check(d, {{"patch_embeddings": True}}, repeats=1, time_budget=0, upstream=False)

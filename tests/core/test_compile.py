@@ -19,8 +19,8 @@ from _family_cases import checkpoint
 from torch import nn
 from torch._dynamo.utils import counters
 
+from fusion_core.api import load, load_plain
 from fusion_core.model.demo import demo_path
-from fusion_core.run.loading import load, load_plain
 
 IMAGE, VIDEO_START, VIDEO_END = 500, 502, 503
 

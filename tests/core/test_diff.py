@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from fusion_core.api import load, load_plain
 from fusion_core.cli.main import main
 from fusion_core.plan.diff import diff_plan
 from fusion_core.plan.fusion_plan import inspect_model
-from fusion_core.run.loading import load, load_plain
 
 
 def _shapes(model) -> dict[str, tuple[int, ...]]:

@@ -8,8 +8,8 @@ from _family_cases import checkpoint, output
 from torch import nn
 
 from fusion_core import FamilyConflictError, inspect_model
+from fusion_core.api import load, load_plain
 from fusion_core.families import LinearGroupFusion, get_family, register, unregister
-from fusion_core.run.loading import load, load_plain
 
 FAMILY = "gate_up"
 ARCHS = ["gemma", "llama", "mistral", "qwen2"]

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from fusion_core import InvalidFusionConfigError, check, inspect_model, validate_fusion_config
+from fusion_core.api import load
 from fusion_core.cli.main import main
 from fusion_core.families import Option, get_family, load_family_file, register, unregister
-from fusion_core.run.loading import load
 
 KV_FILE = Path(__file__).resolve().parents[1] / "plugin_example" / "fi_kv_family" / "kv_family.py"
 ATTENTION = ["model.layers.0.self_attn", "model.layers.1.self_attn"]

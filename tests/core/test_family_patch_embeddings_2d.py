@@ -8,9 +8,9 @@ from _family_cases import checkpoint, output
 from torch import nn
 
 from fusion_core import inspect_model
+from fusion_core.api import load, load_plain
 from fusion_core.families import get_family
 from fusion_core.families._conv_patch import PatchLinear
-from fusion_core.run.loading import load, load_plain
 
 FAMILY = "patch_embeddings_2d"
 # architecture -> (embedding module, its Conv2d child, key transforms: weight reshape [+ bias rename])

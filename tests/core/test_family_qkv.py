@@ -11,9 +11,9 @@ from _family_cases import checkpoint, output, write_fused
 from torch import nn
 
 from fusion_core import inspect_model
+from fusion_core.api import load, load_plain
 from fusion_core.families import get_family
 from fusion_core.families._linear_group import LinearAlias
-from fusion_core.run.loading import load, load_plain
 
 FAMILY = "qkv"
 # architecture -> attention modules expected to be fused

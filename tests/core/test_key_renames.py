@@ -14,8 +14,8 @@ from _family_cases import inputs
 from safetensors import safe_open
 
 from fusion_core import export, inspect_model
+from fusion_core.api import load, load_plain
 from fusion_core.plan.key_names import KeyMatcher, prefix_swap, translate
-from fusion_core.run.loading import load, load_plain
 
 QKV = {"qkv": True}
 

@@ -16,6 +16,7 @@ import torch
 from _family_cases import output
 
 from fusion_core import FamilyConflictError, inspect_model
+from fusion_core.api import load, load_plain
 from fusion_core.cli.main import main
 from fusion_core.families import (
     REGISTRY,
@@ -27,7 +28,6 @@ from fusion_core.families import (
     plugin_errors,
 )
 from fusion_core.plan.discovery import clear_cache
-from fusion_core.run.loading import load, load_plain
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "plugin_example"
 KV_FILE = EXAMPLE / "fi_kv_family" / "kv_family.py"

@@ -97,7 +97,7 @@ def test_trust_remote_code_with_an_unknown_model_type_still_runs_nothing(llama_d
 
 
 def test_loading_without_the_opt_in_is_refused(remote, marker):
-    from fusion_core.run.loading import load
+    from fusion_core.api import load
 
     with pytest.raises(RemoteCodeError):
         load(str(remote))
@@ -105,7 +105,7 @@ def test_loading_without_the_opt_in_is_refused(remote, marker):
 
 
 def test_loading_with_the_opt_in_runs_no_code_from_the_folder(remote, marker):
-    from fusion_core.run.loading import load
+    from fusion_core.api import load
 
     load(str(remote), trust_remote_code=True)
     assert not marker.exists()
@@ -138,7 +138,7 @@ def test_pickle_only_folder_is_refused_and_never_unpickled(pickled, marker, caps
         code, out, err = run(capsys, *argv)
         assert_one_line_error(code, err, "pytorch_model.bin", "safetensors")
         assert out == ""
-    from fusion_core.run.loading import load
+    from fusion_core.api import load
 
     with pytest.raises(UnsafeModelError):
         load(str(pickled))
@@ -157,7 +157,7 @@ def test_other_pickle_names_are_refused(llama_dir, tmp_path, marker, name):
 def test_pickle_next_to_safetensors_is_ignored_by_inspect_and_load(llama_dir, tmp_path, marker):
     folder = copy_model(llama_dir, tmp_path / "both")
     evil_pickle_checkpoint(folder / "pytorch_model.bin", marker)
-    from fusion_core.run.loading import load
+    from fusion_core.api import load
 
     assert inspect_model(str(folder)).source.checkpoint.files == ["model.safetensors"]
     load(str(folder))

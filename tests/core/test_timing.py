@@ -168,7 +168,7 @@ def test_projection_interval_follows_the_intervals() -> None:
 def test_identical_layers_share_alike(llama_dir: Path) -> None:
     """demo:llama's two decoder layers are identical: their attention (and MLP) shares of the
     end-to-end time agree within their intervals, and attention is told apart from the MLP."""
-    from fusion_core.run.loading import load_plain
+    from fusion_core.api import load_plain
     from fusion_core.run.shares import measure_shares
 
     model = load_plain(llama_dir).model.eval()

@@ -79,7 +79,7 @@ def test_cancel_stops_running_job_and_window_stays_usable(qtbot, window, open_mo
 
 def test_export_writes_a_folder_the_core_verifies(qtbot, window, open_model, only_fusions, qwen2_vl_dir, tmp_path):
     from fusion_core import inspect_model
-    from fusion_core.run.loading import load
+    from fusion_core.api import load
 
     open_model(window, str(qwen2_vl_dir))
     only_fusions(window, "patch_embeddings")
