@@ -156,10 +156,9 @@ class CheckOptions:
     timing: TimingOptions = field(default_factory=TimingOptions)
     upstream: bool = True  # also load through transformers' own fusion, in an isolated process
     threads: int | None = None  # torch's CPU threads during the check (None: torch's default)
-    image: str | None = None  # an image file, through the model's own processor (also the first of images)
     prompt: str | None = None  # text, through the model's own tokenizer
     modules_only: bool = False  # only the matched modules, materialized from the checkpoint by key
-    images: tuple[str, ...] = ()  # image files (``image`` is the first)
+    images: tuple[str, ...] = ()  # image files, through the model's own processor
     video: str | None = None  # a video file (frames decoded with PyAV)
     audio: str | None = None  # an audio file (read with soundfile)
     #: the memory the model's weights may take (accelerate's ``max_memory`` for the CPU), in
@@ -180,13 +179,12 @@ class CheckOptions:
         if self.max_memory is not None:
             object.__setattr__(self, "max_memory", parse_size(self.max_memory, "max_memory"))
         # paths are expanded here, once: every stage downstream gets the file's real path
+        if isinstance(self.images, (str, os.PathLike)):
+            raise OptionError("images", "must be a list of files, not one path")
         images = [os.path.expanduser(str(p)) for p in self.images or ()]
-        if self.image is not None and (not images or images[0] != os.path.expanduser(str(self.image))):
-            images.insert(0, os.path.expanduser(str(self.image)))
         if any(not p for p in images):
             raise OptionError("image", "must name a file")
         object.__setattr__(self, "images", tuple(images))
-        object.__setattr__(self, "image", images[0] if images else None)
         for name in ("video", "audio"):
             value = getattr(self, name)
             if value is not None:
@@ -201,7 +199,12 @@ class CheckOptions:
     def build(cls, **settings: Any) -> CheckOptions:
         """Options from flat settings: ``dtype``, ``device``, ``seed``, ``batch``, ``seq_len``,
         ``image_size``, ``frames`` (the workload), ``repeats``, ``time_budget`` (the timing)
-        and this class's own fields. Unknown names raise :class:`OptionError`."""
+        and this class's own fields; ``image``, one file, is ``images=[image]``. Unknown names
+        raise :class:`OptionError`."""
+        if "image" in settings:
+            image = settings.pop("image")
+            if image is not None:
+                settings["images"] = (image, *settings.get("images", ()))
         wl = {
             k: settings.pop(k)
             for k in ("dtype", "device", "seed", "batch", "seq_len", "image_size", "frames")

@@ -56,7 +56,6 @@ class OpenParams:
     session: str
     spec: str
     trust_remote_code: bool = False
-    cache: bool = True  # save the answer in the model cache (the next start paints it at once)
     restore: bool = False  # the engine restarted: open the session's model again, quietly
 
 

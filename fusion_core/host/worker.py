@@ -327,7 +327,7 @@ class Host:
         # the InspectionView's plain form: the answer, and what the model cache stores
         data = inspection_data(p.spec, insp)
         yield Progress(3, 4, "done")
-        if p.cache and not p.restore and not self._file_families:
+        if not p.restore and not self._file_families:
             model_cache.save(p.spec, data, p.trust_remote_code)  # the next start paints it at once
         self._sessions[p.session] = insp
         log.info(

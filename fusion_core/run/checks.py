@@ -47,7 +47,6 @@ from .results import (
     FLOOR_FACTOR,
     MIN_VERDICT_ROUNDS,
     MODEL_ENTRY,
-    TOLERANCES,
     CheckedWorkload,
     CheckResult,
     Comparison,
@@ -66,7 +65,6 @@ from .results import (
 from .timing import measure
 
 __all__ = [
-    "TOLERANCES",
     "CheckResult",
     "Comparison",
     "EndToEndCheck",
@@ -143,8 +141,6 @@ def iter_check(plan: FusionPlan, options: CheckOptions) -> Generator[Progress, N
     """
     import torch
 
-    if options.image is not None and not Path(options.image).is_file():
-        raise OptionError("image", f"{options.image}: no such file")
     device = check_device(options.workload.device)
     if options.compile:
         from .compiled import require_backend

@@ -15,8 +15,6 @@ from ..boundary.options import DTYPE_TOLERANCES, Workload
 from ..errors import CheckError
 
 MODEL_ENTRY = "(model)"  # the plain form of EndToEndCheck.entry "" (the model itself)
-#: (atol, rtol) by dtype: an alias of the one table, :data:`fusion_core.boundary.options.DTYPE_TOLERANCES`
-TOLERANCES = DTYPE_TOLERANCES
 TOLERANCE_RULE = "max|fused-original| <= atol * min(1, max|original|) + rtol * max|original|"
 _MAIN_OUTPUTS = ("logits", "last_hidden_state", "logits_per_video", "logits_per_image", "pooler_output")
 
@@ -585,11 +583,6 @@ class CheckResult:
         gen = self.generation is None or self.generation.passed
         compiled = self.compiled is None or self.compiled.passed
         return bool(self.modules) and all(m.passed for m in self.modules) and e2e and gen and compiled
-
-    @property
-    def exact(self) -> bool:
-        """Alias of :attr:`passed`: the fusion reproduces the original within tolerance."""
-        return self.passed
 
     @property
     def faster(self) -> str:

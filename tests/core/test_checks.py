@@ -16,7 +16,7 @@ from fusion_core import check, inspect_model
 from fusion_core.boundary.convert import to_plain
 from fusion_core.boundary.options import DTYPE_TOLERANCES, CheckOptions
 from fusion_core.families import REGISTRY
-from fusion_core.run.checks import TOLERANCES, iter_check
+from fusion_core.run.checks import iter_check
 
 PE = {"patch_embeddings": True}
 
@@ -42,7 +42,7 @@ def test_check_demo_passes_float32(qwen2_vl_dir: Path) -> None:
     assert e2e.comparison.max_abs_diff <= 1e-5
     assert set(e2e.input_shapes) >= {"pixel_values", "image_grid_thw", "input_ids"}
     data = json.loads(json.dumps(to_plain(result)))
-    assert data["passed"] is True and data["tolerance"]["atol"] == TOLERANCES["float32"][0]
+    assert data["passed"] is True and data["tolerance"]["atol"] == DTYPE_TOLERANCES["float32"][0]
     assert data["load"]["fused_modules"][0]["module"] == "model.visual.patch_embed"
     assert data["upstream"] is None
 
@@ -58,8 +58,7 @@ def test_check_is_deterministic(qwen2_vl_dir: Path) -> None:
 def test_check_half_dtypes(qwen2_vl_dir: Path, dtype: str) -> None:
     result = check(qwen2_vl_dir, PE, dtype=dtype, repeats=1, upstream=False, time_budget=0)
     assert result.passed and result.dtype == dtype
-    assert result.tolerance.rtol == TOLERANCES[dtype][1] > TOLERANCES["float32"][1]
-    assert TOLERANCES is DTYPE_TOLERANCES  # one table
+    assert result.tolerance.rtol == DTYPE_TOLERANCES[dtype][1] > DTYPE_TOLERANCES["float32"][1]
 
 
 def test_wrong_fusion_fails(qwen2_vl_dir: Path, wrong_family: str) -> None:
