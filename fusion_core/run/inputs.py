@@ -389,7 +389,11 @@ def _max_text(config: Any) -> int:
 
 
 _NOT_MEDIA = ("_mask", "_masks", "_lengths", "_sizes", "_thw")
-_AUDIO_PREFIXES = ("input_features", "input_values", "input_audio", "audio_values", "audio_features", "audio_input")
+_AUDIO_PREFIXES = (
+    "input_features", "input_values", "input_audio", "audio_values", "audio_features", "audio_input", "audio_mel",
+)  # fmt: skip
+#: masks that mark padding (True: not a frame), where every other mask marks the frames kept (Gemma 3n's)
+_PADDING_MASKS = ("audio_mel_mask",)
 
 
 def key_modality(name: str) -> str | None:
@@ -409,7 +413,7 @@ def key_modality(name: str) -> str | None:
 #: text, ``attention_mask`` is the text's)
 _AUDIO_MASKS = (
     "attention_mask", "feature_attention_mask", "input_features_mask", "audio_attention_mask", "padding_mask",
-    "input_features_attention_mask", "audio_feature_mask",
+    "input_features_attention_mask", "audio_feature_mask", *_PADDING_MASKS,
 )  # fmt: skip
 _MEL_KEYS = ("num_mel_bins", "feature_size", "n_mels", "input_feat_size", "num_mel_filters", "mel_bins", "input_dim")
 AUDIO_SAMPLES = 16_000  # a synthetic waveform: one second at 16 kHz
@@ -437,13 +441,42 @@ def _audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload:
         positions = config_value(config, "max_source_positions")
         frames = 2 * positions if isinstance(positions, int) and 0 < 2 * positions <= 3000 else AUDIO_FRAMES
         shapes = [((n, mels, frames), frames), ((n, frames, mels), frames)]
+        stacked = _stacked_width(entry, mels)
+        if (
+            stacked
+        ):  # frames stacked (and delta-expanded) by the feature extractor: the encoder's first layer says how wide
+            shapes += [((n, frames, stacked), frames), ((n, stacked, frames), frames)]
+        shapes.append(((n, 1, frames, mels), frames))  # one channel of a spectrogram image (CLAP)
         what = f"{frames} frames of {mels} mel bins"
+    # a speech encoder-decoder that does not start its decoder itself (a transducer's one step)
+    start = _decoder_start(config) if "decoder_input_ids" in params and "input_ids" not in params else None
     for shape, length in shapes:
         x = torch.randn(*shape, generator=gen)
         kwargs: dict[str, Any] = {key: x.to(dtype) if dtype is not None else x}
         for mask in masks:
-            kwargs[mask] = torch.ones(n, length, dtype=torch.long)
-        yield ModelInputs("", kwargs, "audio", [f"audio made from the config: {what}, {key} {tuple(shape)}"])
+            padding = mask in _PADDING_MASKS
+            kwargs[mask] = (
+                torch.zeros(n, length, dtype=torch.bool) if padding else torch.ones(n, length, dtype=torch.long)
+            )
+        note = f"audio made from the config: {what}, {key} {tuple(shape)}"
+        yield ModelInputs("", kwargs, "audio", [note])
+        if start is not None:
+            decoder = torch.full((n, 1), start, dtype=torch.long)
+            yield ModelInputs(
+                "", {**kwargs, "decoder_input_ids": decoder}, "audio", [f"{note}, decoder from token {start}"]
+            )
+
+
+def _stacked_width(entry: nn.Module, mels: int) -> int | None:
+    """The width of the encoder's first layer when it takes several mel frames at once (a
+    multiple of ``mels``, e.g. 4 x 80 or 7 x 80), else None."""
+    from torch import nn
+
+    first = next((m for m in entry.modules() if isinstance(m, (nn.Linear, nn.Conv1d))), None)
+    width = getattr(first, "in_features", None) or getattr(first, "in_channels", None)
+    if isinstance(width, int) and width != mels and width % mels == 0 and width <= 16 * mels:
+        return width
+    return None
 
 
 def _decoder_start(config: Any) -> int:
@@ -546,6 +579,14 @@ def candidate_inputs(
                 {**kwargs, "decoder_input_ids": decoder},
                 "text",
                 [f"{ids.shape[0]} x {ids.shape[1]} text tokens, {decoder.shape[1]} decoder tokens from token {start}"],
+            )
+        # a model that takes audio and text side by side (CLAP's two towers), tried after text alone
+        for audio in _audio_inputs(entry, params, _generator(seed), dtype, workload):
+            yield ModelInputs(
+                entry_path,
+                {**kwargs, **audio.kwargs},
+                "audio+text",
+                [*audio.notes, f"{ids.shape[0]} x {ids.shape[1]} text tokens"],
             )
     if not found:
         raise ValueError(

@@ -559,6 +559,54 @@ def test_an_audio_encoder_without_a_processor_runs_on_audio_from_its_config(tmp_
     assert any(n.startswith("audio made from the config: ") and f"{mels} mel bins" in n for n in e2e["notes"])
 
 
+def _audio_e2e(folder: Path, capsys) -> dict[str, Any]:
+    code = main(["check", str(folder), "--fusion", "qkv", *CLI_FAST, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads(captured.out)
+    assert all(m["verified_by"] == "end-to-end inputs" for m in data["modules"]), data["modules"]
+    return data["end_to_end"]
+
+
+def test_a_transducer_gets_its_decoders_first_token_beside_the_audio(tmp_path: Path, capsys) -> None:
+    """Parakeet-TDT: the forward runs one decoder step and needs ``decoder_input_ids`` (batch, 1)
+    beside the mel features; without it the run raised and nothing was verified end to end."""
+    folder, _, _config = _tiny("parakeet_tdt", tmp_path / "model")
+    e2e = _audio_e2e(folder, capsys)
+    assert e2e["input_kind"] == "audio"
+    assert e2e["input_shapes"]["decoder_input_ids"] == [1, 1]
+    assert any(n.startswith("audio made from the config: ") and ", decoder from token " in n for n in e2e["notes"])
+
+
+def test_stacked_mel_frames_take_the_width_of_the_encoders_first_layer(tmp_path: Path, capsys) -> None:
+    """Granite Speech 5's encoder takes mel frames delta-expanded and stacked (4 x mels wide): the
+    width comes from its first layer, a multiple of the config's mel bins."""
+    folder, _, config = _tiny("granite_speech5_ctc", tmp_path / "model")
+    e2e = _audio_e2e(folder, capsys)
+    mels = config.encoder_config.num_mel_bins
+    assert e2e["input_shapes"]["input_features"][-1] == 4 * mels
+
+
+def test_a_padding_mask_marks_no_frame_as_padding(tmp_path: Path, capsys) -> None:
+    """Gemma 3n's audio encoder takes ``audio_mel`` and ``audio_mel_mask``, True where a frame is
+    padding: the mask made is all False, so every frame reaches the fused attention."""
+    folder, _, config = _tiny("gemma3n_audio", tmp_path / "model")
+    e2e = _audio_e2e(folder, capsys)
+    assert e2e["input_kind"] == "audio"
+    assert e2e["input_shapes"]["audio_mel"][-1] == config.input_feat_size
+    assert "audio_mel_mask" in e2e["input_shapes"]
+
+
+def test_audio_and_text_towers_run_side_by_side(tmp_path: Path, capsys) -> None:
+    """CLAP takes text and a one-channel spectrogram together; text alone raises, so audio+text
+    from the config runs, and the audio tower's fused patch embedding is verified by it."""
+    from fusion_core.coverage.checked import VERIFIED, check_type
+
+    row = check_type("clap", ["patch_embeddings_2d"], 240)
+    assert row["status"] == VERIFIED, row
+    assert row["input_kinds"] == ["audio", "text"]
+
+
 # -- a grid video whose tokens come in one span per temporal step ------------------------------
 
 
