@@ -350,6 +350,7 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
         old = max(cut)
         for sub, own in zip(dicts, cuts, strict=True):
             _feature_layers(sub, cut[old], old, bool(own))
+    _pixel_shuffle_grid(dicts)
     if not width:
         return d
     widths: dict[int, int] = {}
@@ -374,6 +375,20 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
             _channels(sub)
     _vocab(d)
     return d
+
+
+def _pixel_shuffle_grid(dicts: list[dict[str, Any]]) -> None:
+    """A connector that shuffles ``scale_factor`` x ``scale_factor`` patches into one needs a patch
+    grid it divides (Idefics3's default config has 224 / 32 = 7 patches a side and factor 2, so
+    no image runs): the image size is raised to the next grid that divides."""
+    for sub in dicts:
+        factor = sub.get("scale_factor")
+        if not _int(factor) or factor < 2:
+            continue
+        for target in (sub, *(v for v in sub.values() if isinstance(v, dict))):
+            size, patch = target.get("image_size"), target.get("patch_size")
+            if _int(size) and _int(patch) and patch > 0 and (size // patch) % factor:
+                target["image_size"] = -(-(size // patch) // factor) * factor * patch
 
 
 def _quoted_widths(d: dict[str, Any], widths: dict[int, int], own: set[str]) -> None:

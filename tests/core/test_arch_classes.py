@@ -607,6 +607,16 @@ def test_audio_and_text_towers_run_side_by_side(tmp_path: Path, capsys) -> None:
     assert row["input_kinds"] == ["audio", "text"]
 
 
+def test_a_pixel_shuffle_vlm_runs_its_image_through_the_fused_embedding() -> None:
+    """Idefics3: 5-D pixels and a patch mask from its image processor, as many image tokens as its
+    (pixel-shuffled) image features; the fused patch embedding is verified end to end."""
+    from fusion_core.coverage.checked import VERIFIED, check_type
+
+    row = check_type("idefics3", ["patch_embeddings_2d"], 240)
+    assert row["status"] == VERIFIED, row
+    assert row["input_kinds"] == ["image", "text"]
+
+
 # -- a grid video whose tokens come in one span per temporal step ------------------------------
 
 

@@ -106,6 +106,20 @@ def test_layer_indices_follow_the_new_depth() -> None:
     assert len(moved) == 4 and moved == sorted(moved) and set(moved) == {0, 1}
 
 
+def test_a_pixel_shuffle_gets_a_patch_grid_it_divides() -> None:
+    """Idefics3's default config: 224 / 32 = 7 patches a side, shuffled by 2; every variant gets
+    8 a side (256 px), and a grid that already divides is left as it is."""
+    from transformers import Idefics3Config
+
+    for how, config in tiny_configs("idefics3"):
+        vision = config.vision_config
+        assert (vision.image_size // vision.patch_size) % config.scale_factor == 0, how
+        assert vision.image_size == 256, how
+    kept = shrink({"scale_factor": 2, "vision_config": {"image_size": 512, "patch_size": 16}}, width=False)
+    assert kept["vision_config"]["image_size"] == 512
+    assert Idefics3Config().vision_config.image_size == 224  # the default still has the odd grid
+
+
 def test_a_refused_config_says_why() -> None:
     """Every variant refused by the config class: the first refusal is raised, not swallowed."""
     with pytest.raises(Exception, match="n_input_layers"):
