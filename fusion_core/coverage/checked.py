@@ -102,12 +102,15 @@ def _check_variant(model_type: str, how: str, config: Any, family_names: Sequenc
 
     from ..errors import one_line
     from ..model.classes import resolve_model_class
+    from .tiny import fit_rotary_sections
 
     why = ""
     try:
         cls, _ = resolve_model_class(config)
         with torch.device("meta"):
             meta = cls(config)
+            if fit_rotary_sections(meta):  # sections a default config leaves to the code, for another head size
+                meta = cls(config)
         params = sum(p.numel() for p in meta.parameters())
         del meta
     except Exception as e:

@@ -303,6 +303,33 @@ def _scale_sections(d: dict[str, Any], dim_factor: float) -> None:
                 holder[key] = type(sections)(scaled) if scaled[-1] > 0 else sections
 
 
+def fit_rotary_sections(model: Any) -> bool:
+    """Multimodal rotary sections that do not cover the frequencies their module makes, set in
+    the config to ones that do (scaled, in the same proportions); True when one was set.
+
+    A model may default its sections in code (GLM-4V: ``[8, 12, 12]``, for a head of 128 with
+    half of it rotated) while its default config rotates a whole head of another size: no input
+    runs, original included. Read off the built (meta) model, so it holds for any architecture
+    whose rotary module keeps ``mrope_section`` beside its ``inv_freq``.
+    """
+    changed = False
+    for module in model.modules():
+        sections, inv_freq, config = (getattr(module, k, None) for k in ("mrope_section", "inv_freq", "config"))
+        if not isinstance(sections, (list, tuple)) or not sections or not all(_int(v) for v in sections):
+            continue
+        total = getattr(inv_freq, "shape", (None,))[-1]
+        holder = getattr(config, "rope_parameters", None)
+        if not _int(total) or total == sum(sections) or total < len(sections) or not isinstance(holder, dict):
+            continue
+        scaled = [max(1, v * total // sum(sections)) for v in sections]
+        scaled[-1] += total - sum(scaled)
+        if scaled[-1] < 1:
+            continue
+        holder["mrope_section"] = scaled
+        changed = True
+    return changed
+
+
 def _vocab(d: dict[str, Any]) -> None:
     """Every vocabulary to :data:`VOCAB` tokens; special token ids beyond it move to its top.
 

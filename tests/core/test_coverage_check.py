@@ -120,6 +120,30 @@ def test_a_pixel_shuffle_gets_a_patch_grid_it_divides() -> None:
     assert Idefics3Config().vision_config.image_size == 224  # the default still has the odd grid
 
 
+def test_rotary_sections_the_code_defaults_are_fitted_to_the_head() -> None:
+    """GLM-4V's code defaults its sections to [8, 12, 12] (32 frequencies: a head of 128, half
+    rotated) while its default config rotates whole heads: the tiny model's rotary module makes
+    8 frequencies, so no input ran. The sections set in the config cover them, in proportion."""
+    import torch
+
+    from fusion_core.coverage.tiny import fit_rotary_sections
+    from fusion_core.model.classes import resolve_model_class
+
+    _, config = next(tiny_configs("glm4v"))
+    cls = resolve_model_class(config)[0]
+    with torch.device("meta"):
+        model = cls(config)
+    rotary = next(m for m in model.modules() if hasattr(m, "mrope_section"))
+    frequencies = rotary.inv_freq.shape[-1]
+    assert sum(rotary.mrope_section) != frequencies
+    assert fit_rotary_sections(model)
+    sections = config.text_config.rope_parameters["mrope_section"]
+    assert sum(sections) == frequencies and len(sections) == 3 and sections[0] <= sections[1] == sections[2]
+    with torch.device("meta"):
+        rebuilt = cls(config)
+    assert not fit_rotary_sections(rebuilt)  # fitted once, nothing left to fit
+
+
 def test_a_refused_config_says_why() -> None:
     """Every variant refused by the config class: the first refusal is raised, not swallowed."""
     with pytest.raises(Exception, match="n_input_layers"):
