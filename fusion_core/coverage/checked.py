@@ -11,7 +11,9 @@ each modality the model takes. One of four words per type:
   modality the model takes got no run (``reason`` quotes the check's own "not run" line);
 - ``failed``: the check failed or raised (``reason``);
 - ``not built tiny``: no shrunk config could be built, saved and loaded back by stock
-  transformers within :data:`MAX_PARAMS` parameters (``reason``).
+  transformers within :data:`MAX_PARAMS` parameters, or the one built runs on no input made
+  for it even unfused (nothing to compare: an architecture whose default config does not
+  run) (``reason``).
 
 A variant that fails or falls back is tried again less shrunk (the next of
 :data:`fusion_core.coverage.tiny.VARIANTS` within the size limit): a tiny model the
@@ -184,6 +186,9 @@ def classify(model_type: str, result: Any, families: list[str]) -> dict[str, Any
     kinds = sorted({f.modality for f in e2e.inputs}) if e2e is not None else []
     base = {"families": families, "input_kinds": kinds}
     if not result.passed:
+        if _runs_nothing(result):  # not the fusion's fault: stock transformers runs none of it either
+            why = f"the tiny model runs on no input made for it, unfused included ({e2e.skipped.removeprefix('not run: ')})"
+            return _result(model_type, NOT_BUILT, why, **base)
         return _result(model_type, FAILED, _failure(result), **base)
     reasons = []
     if e2e is None or not e2e.ran:
@@ -197,6 +202,16 @@ def classify(model_type: str, result: Any, families: list[str]) -> dict[str, Any
     if reasons:
         return _result(model_type, FALLBACK, "; ".join(reasons), **base)
     return _result(model_type, VERIFIED, "", **base)
+
+
+def _runs_nothing(result: Any) -> bool:
+    """The original model raised on every input made for it, and so no module was verified
+    (nothing was compared: no module failed a comparison)."""
+    e2e = result.end_to_end
+    skipped = (e2e.skipped if e2e is not None and not e2e.ran else "") or ""
+    if "no input it accepts" not in skipped or "none could be made" in skipped:
+        return False
+    return all(m.passed or (m.error or "").startswith("not verified:") for m in result.modules)
 
 
 def _failure(result: Any) -> str:

@@ -159,6 +159,19 @@ def test_a_type_no_family_fuses_is_not_built_with_its_reason() -> None:
     assert result["reason"] == "no family fuses a module of the tiny model"
 
 
+@pytest.mark.filterwarnings(
+    "ignore:Initializing zero-element tensors"
+)  # its empty projector, as transformers builds it
+def test_a_tiny_model_that_runs_nothing_unfused_is_not_built_not_failed() -> None:
+    """LW-DETR's default config has no feature levels (``projector_scale_factors=[]``): the
+    unfused model raises on every image, so nothing can be compared. That is the tiny build's
+    failure, said with the original's error, never a failed fusion."""
+    result = check_type("lw_detr", ["qkv", "patch_embeddings_2d"], 0)
+    assert result["status"] == NOT_BUILT
+    assert result["reason"].startswith("the tiny model runs on no input made for it, unfused included (LwDetrModel: ")
+    assert "torch.cat(): expected a non-empty list of Tensors" in result["reason"]
+
+
 def test_a_wrong_fusion_is_failed_with_the_module_named() -> None:
     from _wrong_family import wrong_family
 
