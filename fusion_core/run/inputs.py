@@ -420,7 +420,7 @@ AUDIO_SAMPLES = 16_000  # a synthetic waveform: one second at 16 kHz
 AUDIO_FRAMES = 200  # synthetic mel frames when the config gives no encoder length: two seconds at a 10 ms hop
 
 
-def _audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: Workload) -> Iterator[ModelInputs]:
+def audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: Workload) -> Iterator[ModelInputs]:
     """Audio made from the config for an encoder that takes it (``input_features``, ``input_values``...):
     a waveform, or mel features in both layouts models use ((batch, mels, frames) and
     (batch, frames, mels)); the run that the model accepts is the one kept."""
@@ -556,7 +556,7 @@ def candidate_inputs(
             inputs.entry = entry_path
             inputs.kwargs.update(common)
             yield inputs
-    for inputs in _audio_inputs(entry, params, gen, dtype, workload):
+    for inputs in audio_inputs(entry, params, gen, dtype, workload):
         found = True
         inputs.entry = entry_path
         inputs.kwargs.update(common)
@@ -580,8 +580,10 @@ def candidate_inputs(
                 "text",
                 [f"{ids.shape[0]} x {ids.shape[1]} text tokens, {decoder.shape[1]} decoder tokens from token {start}"],
             )
-        # a model that takes audio and text side by side (CLAP's two towers), tried after text alone
-        for audio in _audio_inputs(entry, params, _generator(seed), dtype, workload):
+        # a model that takes audio and text side by side (CLAP's two towers), tried after text alone;
+        # not one that reads audio in place of audio tokens (those are counted: run/modal.py)
+        side_by_side = config_value(entry.config, "audio_token_id", "audio_token_index") is None
+        for audio in audio_inputs(entry, params, _generator(seed), dtype, workload) if side_by_side else ():
             yield ModelInputs(
                 entry_path,
                 {**kwargs, **audio.kwargs},

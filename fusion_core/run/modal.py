@@ -37,7 +37,6 @@ MODALITY_KEYS = {  # the usual names; a model's own come from its forward (:func
     "audio": ("input_features", "input_values", "input_audio_features"),
 }
 PROCESSOR_KIND = "processor"  # input_kind of a run on the user's files or prompt
-MAX_MEL_FRAMES = 60_000  # mel frames made from a config: 10 minutes at the usual 10 ms hop
 
 
 @dataclass
@@ -530,31 +529,40 @@ def _counted(
 def _counted_audio(
     model: nn.Module, paths: list[str], config: Any, params: dict, dtype: Any, workload: Workload, label: str
 ) -> ModelInputs:
-    """Audio features made from the config (its mel bins, two frames per encoder position: the
-    Whisper-like encoders' input) and text with one audio token per audio feature the model makes,
-    for a processor that makes no audio inputs here (Voxtral's takes audio only in its chat template)."""
+    """Audio features made from the config and text with one audio token per audio feature the
+    model makes, for a processor that makes no audio inputs here (Voxtral's takes audio only in
+    its chat template). The features are the shapes :func:`~fusion_core.run.inputs.audio_inputs`
+    makes (mel bins, stacked frames, both layouts), the first the model's ``get_audio_features``
+    takes, with the masks it takes."""
     import torch
 
     from ..families._sample_inputs import config_value
-    from .inputs import _generator, _text_ids
+    from .inputs import _generator, _text_ids, audio_inputs
 
-    key = next((k for k in params if key_modality(k) == "audio"), None)
-    mels, positions = config_value(config, "num_mel_bins"), config_value(config, "max_source_positions")
     audio_id = config_value(config, "audio_token_id", "audio_token_index")
-    if key is None or not _number(mels) or not _number(positions):
-        raise CheckError("the config names no num_mel_bins and max_source_positions")
-    if not isinstance(audio_id, int):
+    if not isinstance(audio_id, int) or isinstance(audio_id, bool):
         raise CheckError("the config names no audio token")
     n = max(1, workload.batch)
-    frames = 2 * int(positions)
-    if frames > MAX_MEL_FRAMES:
-        raise CheckError(f"{frames} mel frames from max_source_positions={positions}: over {MAX_MEL_FRAMES}")
+    entry_path, entry = _entry(model, paths)
+    features_of = _features(entry, "audio")
+    taken = dict(inspect.signature(features_of).parameters)
+    if not any(key_modality(k) == "audio" for k in taken):  # a wrapper's (*args, **kwargs): the forward's names
+        taken = params
+    tried: list[str] = []
+    for made in audio_inputs(entry, taken, _generator(workload.seed), dtype, workload):
+        kept = {k: v for k, v in made.kwargs.items() if k in params}
+        if len(kept) < len(made.kwargs):  # the forward names the features otherwise
+            continue
+        try:
+            with torch.inference_mode():
+                count = _rows(features_of(**kept))
+        except Exception as e:
+            tried.append(one_line(e, first=True, named=True, limit=150))
+            continue
+        break
+    else:
+        raise CheckError(f"get_audio_features takes none of the audio made from the config ({'; '.join(tried[:2])})")
     gen = _generator(workload.seed)
-    features = torch.randn(n, int(mels), frames, generator=gen)
-    kept: dict[str, Any] = {key: features.to(dtype) if dtype is not None else features}
-    _entry_path, entry = _entry(model, paths)
-    with torch.inference_mode():
-        count = _rows(_features(entry, "audio")(**kept))
     text = _text_ids(config, max(4, workload.seq_len or 8), gen)
     ids = [audio_id] * (count // n) + text
     kept["input_ids"] = torch.tensor([ids] * n)
@@ -564,12 +572,13 @@ def _counted_audio(
         kept["use_cache"] = False
     if "return_dict" in params:
         kept["return_dict"] = True
+    shape = next(iter(kept.values())).shape
     fed = [
-        FedInput(label, "audio", n, f"{int(mels)} mel bins x {frames} frames", "synthetic"),
+        FedInput(label, "audio", n, "x".join(str(int(d)) for d in shape[1:]), "synthetic"),
         FedInput(label, "text", n, f"{len(ids)} tokens", "synthetic"),
     ]
-    note = f"{label}: synthetic mel features made from the config, as many audio tokens as its audio features"
-    return ModelInputs(_entry_path, kept, label, [note], fed=fed)
+    note = f"{label}: {made.notes[0]}; as many audio tokens as its audio features"
+    return ModelInputs(entry_path, kept, label, [note], fed=fed)
 
 
 def _has(proc: Any, kind: str) -> bool:
