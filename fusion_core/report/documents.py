@@ -368,13 +368,13 @@ def _check_summary(r: Any) -> list[str]:
 def _check_parts(r: Any) -> list[tuple[Any, ...]]:
     """The report of a check as parts both formats write: ("h", title), ("lines", [...]),
     ("table", headers, rows, numeric columns), ("chart", svg) (HTML only)."""
-    from ..run.check_text import TIMINGS_NOTE, peak_lines, workload_options
+    from ..run.check_text import END_TO_END, TIMINGS_NOTE, peak_lines, workload_options
 
     rows = _check_rows(r)
     speed = [(_label(m.path), m.timing) for m in r.modules if m.timing]
     e = r.end_to_end
     if e is not None and e.ran and e.timing is not None:
-        speed.append(("end to end", e.timing))
+        speed.append((END_TO_END, e.timing))
     parts: list[tuple[Any, ...]] = [("lines", _check_summary(r))]
     parts.append(("chart", bar_chart([("modules", {"equal": sum(1 for m in r.modules if m.passed),
                                                    "different": sum(1 for m in r.modules if not m.passed)})],

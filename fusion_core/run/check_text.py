@@ -45,6 +45,9 @@ class CheckRow(NamedTuple):
     passed: bool = False
 
 
+#: the model end to end, where a name is short (a chart's bar, a list of what failed)
+END_TO_END = "end to end"
+
 #: the words of a speed verdict in a banner
 SPEED_WORDS = {"faster": "faster", "slower": "SLOWER", "same": "no measurable difference"}
 
@@ -115,7 +118,7 @@ def check_rows(result: Any) -> list[CheckRow]:
     if e is not None and e.ran:
         rows.append(
             CheckRow(
-                f"end to end ({e.output})",
+                f"{END_TO_END} ({e.output})",
                 e.entry or result.model_class,
                 f"{e.input_kind} inputs",
                 " ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in e.input_shapes.items()),
@@ -165,7 +168,7 @@ def peak_lines(result: Any) -> list[str]:
     ]
     e = result.end_to_end
     if e is not None and e.timing is not None and e.timing.original_peak_mb is not None:
-        peaks.append(("end to end", e.timing))
+        peaks.append((END_TO_END, e.timing))
     return [
         f"peak memory {n}: original {t.original_peak_mb:.1f} MiB, fused {t.fused_peak_mb:.1f} MiB" for n, t in peaks
     ]
@@ -230,7 +233,7 @@ def failed_parts(result: Any) -> list[str]:
     """What is not exact or not verified: modules by name, then end to end, generation, compiled."""
     failed = [module_name(m.path) for m in result.modules if not m.passed]
     if result.end_to_end is not None and not result.end_to_end.passed:
-        failed.append("end to end")
+        failed.append(END_TO_END)
     if result.generation is not None and not result.generation.passed:
         failed.append("generation")
     if result.compiled is not None and not result.compiled.passed:
