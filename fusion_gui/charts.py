@@ -126,7 +126,7 @@ class ChecksChart(QChartView):
             self.y_err.setBase(10.0**every)
 
     def set_rows(self, rows: list[dict[str, Any]], end_to_end: dict[str, Any] | None = None) -> None:
-        """Plot ``rows`` (module, speedup, low, high, max_abs_diff, limit, passed) plus the end-to-end row."""
+        """Plot ``rows`` (label or module, speedup, low, high, max_abs_diff, limit, passed) plus the end-to-end row."""
         self.rows = list(rows) + ([end_to_end] if end_to_end else [])
         self.whiskers: list[QLineSeries] = []
         self.floors = []
@@ -147,7 +147,7 @@ class ChecksChart(QChartView):
             self.setChart(chart)
             return
         chart.setTitle(TITLE)
-        labels = [chart_label(r["module"]) for r in self.rows]
+        labels = [chart_label(r.get("label") or r["module"]) for r in self.rows]
         speed = QBarSet("speedup (amber: slower)")
         speed.setColor(QColor(style.PASS))
         speed.setSelectedColor(QColor(SLOWER))  # one set, per-bar colour: slower bars are "selected"

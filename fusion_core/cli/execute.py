@@ -216,25 +216,37 @@ def planned(args: argparse.Namespace, command: str) -> Any:
         return plan_from_file(args.plan, args.model, trust_remote_code=args.trust_remote_code, hashed=bar)
 
 
-def _check_table(rows: list[tuple]) -> list[str]:
-    """The check's table: every column on one row with ``--wide``; else the numbers in a
-    table that fits 120 columns, and each row's classes, inputs and noise floor below it."""
+def _check_table(rows: list[Any]) -> list[str]:
+    """The check's table (:func:`~fusion_core.run.check_text.check_rows`): every column on one
+    row with ``--wide``; else the numbers in a table that fits 120 columns, and each row's
+    classes, inputs and noise floor below it."""
     if wide():
         headers = ["module", "classes", "verified by", "inputs", "max abs", "limit", "orig ms", "fused ms"]
         headers += ["speedup [95% interval] verdict (A/A noise floor)", "share [95%]", "result"]
-        return [table([(*r[:8], speed_text(r[8]), *r[9:]) for r in rows], headers)]
+        return [
+            table(
+                [(*r[:8], speed_text(r.timing), r.share, r.result) for r in rows],
+                headers,
+            )
+        ]
     short = [
-        (r[0], r[4], r[5], r[6], r[7], f"{r[8].interval_text()} {r[8].verdict}" if r[8] else "", r[9], r[10][:4])
+        (r.module, r.max_abs, r.limit, r.original_ms, r.fused_ms, _speed_short(r.timing), r.share, r.result[:4])
         for r in rows
     ]
     headers = ["module", "max abs", "limit", "orig ms", "fused ms", "speedup [95%] verdict", "share [95%]", "result"]
     out = [table(short, headers)]
     for r in rows:
-        t = r[8]
+        t = r.timing
         floor = f"; A/A {t.floor_text()}{', noisy' if t.noisy else ''}" if t else ""
-        failure = f"; {r[10]}" if r[10].startswith("FAIL ") else ""  # the reason, whole
-        out.append(f"  {r[0]}: {r[1]}; verified by {r[2]}; inputs {r[3] or 'none'}{floor}{failure}")
+        failure = f"; {r.result}" if r.result.startswith("FAIL ") else ""  # the reason, whole
+        out.append(
+            f"  {r.module}: {r.classes}; verified by {r.verified_by}; inputs {r.inputs or 'none'}{floor}{failure}"
+        )
     return out
+
+
+def _speed_short(t: Any) -> str:
+    return f"{t.interval_text()} {t.verdict}" if t else ""
 
 
 def format_check(result: Any) -> str:

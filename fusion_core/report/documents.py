@@ -244,21 +244,14 @@ def _check_rows(r: Any) -> list[tuple[Any, ...]]:
     """The CLI's rows (:func:`~fusion_core.run.check_text.check_rows`), every column whole."""
     from ..run.check_text import check_rows
 
-    families = [m.family for m in r.modules]
-    notes = [m.comparison.note if m.comparison else "" for m in r.modules]
-    e = r.end_to_end
-    if e is not None and e.ran:
-        families.append("")
-        notes.append(e.comparison.note)
     rows = []
-    for row, family, note in zip(check_rows(r), families, notes, strict=True):
+    for row in check_rows(r):
         t = row.timing
-        failure = row.result[5:] if row.result.startswith("FAIL ") else ""
         rows.append(
-            ("passed" if row.result == "pass" else "failed", elide_dotted(row.module, MAX_CELL, len), family, row.classes, row.verified_by,
-             row.inputs, row.max_abs, row.limit, row.original_ms or "not timed", row.fused_ms,
+            ("passed" if row.passed else "failed", elide_dotted(row.module, MAX_CELL, len), row.family, row.classes,
+             row.verified_by, row.inputs, row.max_abs, row.limit, row.original_ms or "not timed", row.fused_ms,
              t.interval_text() if t else "", (t.verdict + (", noisy" if t.noisy else "")) if t else "",
-             t.floor_text() if t else "", row.share, "; ".join(x for x in (failure, note) if x))
+             t.floor_text() if t else "", row.share, row.note)
         )  # fmt: skip
     return rows
 
@@ -375,13 +368,13 @@ def _check_summary(r: Any) -> list[str]:
 def _check_parts(r: Any) -> list[tuple[Any, ...]]:
     """The report of a check as parts both formats write: ("h", title), ("lines", [...]),
     ("table", headers, rows, numeric columns), ("chart", svg) (HTML only)."""
-    from ..run.check_text import TIMINGS_NOTE, peak_lines, workload_options
+    from ..run.check_text import END_TO_END, TIMINGS_NOTE, peak_lines, workload_options
 
     rows = _check_rows(r)
     speed = [(_label(m.path), m.timing) for m in r.modules if m.timing]
     e = r.end_to_end
     if e is not None and e.ran and e.timing is not None:
-        speed.append(("end to end", e.timing))
+        speed.append((END_TO_END, e.timing))
     parts: list[tuple[Any, ...]] = [("lines", _check_summary(r))]
     parts.append(("chart", bar_chart([("modules", {"equal": sum(1 for m in r.modules if m.passed),
                                                    "different": sum(1 for m in r.modules if not m.passed)})],

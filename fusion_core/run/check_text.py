@@ -1,13 +1,17 @@
 """A check result as plain text, one formatting for every reader: the CLI's ``check`` output
-(:func:`fusion_core.cli.execute.format_check`) and the HTML / Markdown report
-(:mod:`fusion_core.report.documents`) build their rows and lines here.
+(:func:`fusion_core.cli.execute.format_check`), the HTML / Markdown report
+(:mod:`fusion_core.report.documents`), the app's Checks tab (its table, chart labels, banners
+and verdict lines: ``fusion_gui/panels/checks.py``) and the tree's check column
+(``fusion_gui/models/overlay.py``) build their rows, cells, verdict words and intervals here.
 
 Plain strings only: no torch, no Qt. The strings keep what came from the model folder as it
-is; each reader escapes for where it writes (the terminal, HTML, Markdown).
+is; each reader escapes for where it writes (the terminal, HTML, Markdown, Qt's plain text).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from .results import MIN_VERDICT_ROUNDS, MODEL_ENTRY
@@ -35,6 +39,36 @@ class CheckRow(NamedTuple):
     timing: Any  # a Timing, or None when not timed
     share: str
     result: str  # "pass" or "FAIL <why>"
+    path: str | None = None  # the module's path ("" at the model's root); None on the end-to-end row
+    family: str = ""
+    note: str = ""  # why it failed, and the comparison's note ("NaN at the same positions ...")
+    passed: bool = False
+
+
+#: the model end to end, where a name is short (a chart's bar, a list of what failed)
+END_TO_END = "end to end"
+
+#: the words of a speed verdict in a banner
+SPEED_WORDS = {"faster": "faster", "slower": "SLOWER", "same": "no measurable difference"}
+
+
+def module_name(path: str) -> str:
+    """A module's name as every reader shows it: its path, ``(model)`` at the model's root."""
+    return path or MODEL_ENTRY
+
+
+def entry_name(entry: str) -> str:
+    """Where end to end entered: a submodule, or the whole model."""
+    return "the whole model" if entry in ("", MODEL_ENTRY) else entry
+
+
+def pass_word(passed: bool) -> str:
+    return "pass" if passed else "FAIL"
+
+
+def speed_words(verdict: str) -> str:
+    """``faster``, ``SLOWER``, ``no measurable difference`` or the verdict itself ("undetermined")."""
+    return SPEED_WORDS.get(verdict, verdict)
 
 
 def g2(x: float | None) -> str:
@@ -63,7 +97,7 @@ def check_rows(result: Any) -> list[CheckRow]:
         c, t = m.comparison, m.timing
         rows.append(
             CheckRow(
-                m.path or MODEL_ENTRY,
+                module_name(m.path),
                 f"{m.original_class} -> {m.fused_class}",
                 m.verified_by or "not verified",
                 " ".join("x".join(map(str, s)) for s in m.input_shapes),
@@ -74,13 +108,17 @@ def check_rows(result: Any) -> list[CheckRow]:
                 t,
                 share_text(m.share_of_end_to_end, m.share_low, m.share_high),
                 "pass" if m.passed else f"FAIL {m.error}".strip(),
+                m.path,
+                m.family,
+                "; ".join(x for x in (m.error, c.note if c else "") if x),
+                m.passed,
             )
         )
     e = result.end_to_end
     if e is not None and e.ran:
         rows.append(
             CheckRow(
-                f"end to end ({e.output})",
+                f"{END_TO_END} ({e.output})",
                 e.entry or result.model_class,
                 f"{e.input_kind} inputs",
                 " ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in e.input_shapes.items()),
@@ -90,7 +128,11 @@ def check_rows(result: Any) -> list[CheckRow]:
                 f"{e.timing.fused_ms:.3f}" if e.timing else "",
                 e.timing,
                 "100%",
-                "pass" if e.passed else "FAIL",
+                pass_word(e.passed),
+                None,
+                "",
+                e.comparison.note,
+                e.passed,
             )
         )
     return rows
@@ -106,20 +148,27 @@ def end_to_end_line(result: Any) -> str:
         return f"end to end: {e.skipped}"
     if e.projected_speedup is None or e.timing is None:
         return ""
+    return f"end to end: measured {e.timing.verdict_text()}; projected from module shares {projected_text(e)}"
+
+
+def projected_text(e: Any) -> str:
+    """``1.02x [1.01, 1.03]``: end to end as projected from the module shares ("" without a projection)."""
+    if e.projected_speedup is None:
+        return ""
     projected = f"{e.projected_speedup:.2f}x"
     if e.projected_low is not None and e.projected_high is not None:
         projected += f" [{e.projected_low:.2f}, {e.projected_high:.2f}]"
-    return f"end to end: measured {e.timing.verdict_text()}; projected from module shares {projected}"
+    return projected
 
 
 def peak_lines(result: Any) -> list[str]:
     """Peak memory per timed module and end to end, where the device measures it (CUDA)."""
     peaks = [
-        (m.path or MODEL_ENTRY, m.timing) for m in result.modules if m.timing and m.timing.original_peak_mb is not None
+        (module_name(m.path), m.timing) for m in result.modules if m.timing and m.timing.original_peak_mb is not None
     ]
     e = result.end_to_end
     if e is not None and e.timing is not None and e.timing.original_peak_mb is not None:
-        peaks.append(("end to end", e.timing))
+        peaks.append((END_TO_END, e.timing))
     return [
         f"peak memory {n}: original {t.original_peak_mb:.1f} MiB, fused {t.fused_peak_mb:.1f} MiB" for n, t in peaks
     ]
@@ -170,17 +219,168 @@ def workload_options(result: Any) -> list[tuple[str, str]]:
 def banner(result: Any) -> str:
     """The verdict line: "exact" (the checks) kept apart from "faster" (the timings)."""
     if not result.passed:
-        failed = [m.path or MODEL_ENTRY for m in result.modules if not m.passed]
-        if result.end_to_end is not None and not result.end_to_end.passed:
-            failed.append("end to end")
-        if result.generation is not None and not result.generation.passed:
-            failed.append("generation")
-        if result.compiled is not None and not result.compiled.passed:
-            failed.append("compiled")
-        return f"exact: NO, not exact or not verified: {', '.join(failed)}"
+        return f"exact: NO, not exact or not verified: {', '.join(failed_parts(result))}"
     speed = result.faster
     e = result.end_to_end
     if speed:
-        how = {"faster": "faster", "slower": "SLOWER", "same": "no measurable difference"}.get(speed, speed)
-        return f"exact: yes; speed: end to end {how} ({e.timing.interval_text()}, {e.timing.floor_text()})"
+        return (
+            f"exact: yes; speed: end to end {speed_words(speed)} ({e.timing.interval_text()}, {e.timing.floor_text()})"
+        )
     return f"exact: yes; speed: end to end {e.skipped if e is not None else 'not run'}"
+
+
+def failed_parts(result: Any) -> list[str]:
+    """What is not exact or not verified: modules by name, then end to end, generation, compiled."""
+    failed = [module_name(m.path) for m in result.modules if not m.passed]
+    if result.end_to_end is not None and not result.end_to_end.passed:
+        failed.append(END_TO_END)
+    if result.generation is not None and not result.generation.passed:
+        failed.append("generation")
+    if result.compiled is not None and not result.compiled.passed:
+        failed.append("compiled")
+    return failed
+
+
+# the app's summary lines: a kind ("ok", "warn", "error", "info": the reader picks the colour),
+# the words it shows first (bold in the app), the rest, and notes on lines of their own
+class Line(NamedTuple):
+    kind: str
+    head: str
+    rest: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def tolerance_text(result: Any) -> str:
+    """``limit for float32: atol 1e-05 × min(1, max |original|) + rtol 1e-05 × max |original|``."""
+    tol = result.tolerance
+    return f"limit for {result.dtype}: atol {tol.atol} × min(1, max |original|) + rtol {tol.rtol} × max |original|"
+
+
+def exact_line(result: Any) -> Line:
+    """Exact or not: every fused module verified (and how), or what is not; nothing checked is no pass."""
+    if result.nothing_to_fuse:
+        return Line("warn", " ".join(result.messages) or "Nothing to check.")
+    rule = tolerance_text(result)
+    if result.passed:
+        ways = ", ".join(f"{n} on {k}" for k, n in Counter(m.verified_by for m in result.modules).items())
+        return Line("ok", f"Exact: all {len(result.modules)} fused module(s) verified", f" ({ways}; {rule}).")
+    return Line("error", "NOT exact or not verified", f": {', '.join(failed_parts(result))} ({rule}).")
+
+
+def speed_line(result: Any) -> Line | None:
+    """The end-to-end speed verdict, apart from exactness, with the check's warnings (None: no end to end)."""
+    e = result.end_to_end
+    if result.nothing_to_fuse or e is None:
+        return None
+    if not e.ran:
+        line = Line("info", f"Speed end to end: {e.skipped}")
+    else:
+        t = e.timing
+        rest = f" — {t.interval_text()} (95% interval; {t.floor_text()})"
+        if e.projected_speedup is not None:
+            rest += f"; projected from the fused modules' shares: {projected_text(e)}"
+        kind = {"faster": "ok", "slower": "warn"}.get(t.verdict, "info")
+        line = Line(kind, f"Speed end to end: {speed_words(t.verdict)}", rest)
+    if result.warnings:
+        line = line._replace(kind="warn", notes=tuple(f"⚠ {w}" for w in result.warnings))
+    return line
+
+
+def end_line(result: Any) -> Line | None:
+    """End to end: what ran (output, entry, inputs), its difference against the limit, the medians."""
+    e = result.end_to_end
+    if e is None:
+        return None
+    if not e.ran:
+        return Line("info", "End to end", f": {e.skipped}")
+    c, t = e.comparison, e.timing
+    ms = f"; original {t.original_ms:.2f} ms, fused {t.fused_ms:.2f} ms" if t is not None else ""
+    rest = (
+        f" ({e.output} of {entry_name(e.entry)}, {e.input_kind} inputs): max abs diff {c.max_abs_diff:.2e}"
+        f" (limit {c.limit:.1e}) — {pass_word(e.passed)}{ms}"
+    )
+    return Line("ok" if e.passed else "error", "End to end", rest, tuple(e.notes))
+
+
+def verdict_lines(result: Any) -> list[tuple[str, str]]:
+    """(kind, line): one per family, then generation and compiled when asked; kind "pass", "fail" or "other"."""
+    lines = [("pass" if v.exact else "fail", v.line) for v in result.family_verdicts]
+    g, compiled = result.generation, result.compiled
+    if g is not None:  # greedy decoding, original against fused
+        lines.append(({"identical": "pass", "diverges": "fail"}.get(g.verdict, "other"), g.line))
+    if compiled is not None:  # both models under torch.compile
+        kind = "other" if compiled.comparison is None else "pass" if compiled.passed else "fail"
+        lines.append((kind, compiled.line))
+    return lines
+
+
+def upstream_line(up: Any) -> Line:
+    """transformers' own fusion against ours, one family a part (``up.summary`` when none)."""
+    differs = any(f.status == "differs" for f in up.families) or (not up.families and not up.matches_ours)
+    verdict = " — differs from ours" if differs else (" — matches ours" if up.matches_ours else "")
+    families = "; ".join(f"{f.name}: {f.status}" for f in up.families)
+    kind = "warn" if differs else "ok" if up.matches_ours else "info"
+    return Line(kind, f"transformers' own fusion (upstream){verdict}:", f" {families or up.summary}")
+
+
+def upstream_detail(up: Any) -> str:
+    """The summary and every family's finding, a line each."""
+    return up.summary + "".join(f"\n{f.name}: {f.status}" + (f" ({f.detail})" if f.detail else "") for f in up.families)
+
+
+# the tree's check column -------------------------------------------------------------------
+VERIFIED_SHORT = {"end-to-end inputs": "e2e", "module sample inputs": "alone"}
+
+
+def tree_cell(m: Any) -> str:
+    """``1.42x [1.30, 1.55] pass · 4% · e2e``: a checked module's speedup with its interval, its
+    result, its share of end-to-end time and how it was verified; ``error`` when it failed to run."""
+    if m.error:
+        return "error"
+    parts = [f"{m.timing.interval_text() if m.timing is not None else '—'} {pass_word(m.passed)}"]
+    if m.share_of_end_to_end is not None:
+        parts.append(f"{m.share_of_end_to_end:.0%}")
+    if m.verified_by in VERIFIED_SHORT:
+        parts.append(VERIFIED_SHORT[m.verified_by])
+    return " · ".join(parts)
+
+
+def tree_summary(checks: Iterable[Any]) -> str:
+    """``all 3 pass · 12% of time`` or ``1 of 3 FAIL ...`` over the checked modules below a node."""
+    checks = list(checks)
+    if not checks:
+        return ""
+    fails = sum(1 for m in checks if not m.passed)
+    share = sum(m.share_of_end_to_end for m in checks if m.share_of_end_to_end is not None)
+    verdict = f"{fails} of {len(checks)} FAIL" if fails else f"all {len(checks)} pass"
+    return f"{verdict} · {share:.0%} of time" if share else verdict
+
+
+def module_detail(m: Any) -> str:
+    """A checked module in one line, after its name: the speed verdict, the share, the difference
+    against its limit, the result and how it was verified."""
+    if m.error:
+        return f"error: {m.error}"
+    speed = speed_text(m.timing) or "not timed"
+    share = share_text(m.share_of_end_to_end, m.share_low, m.share_high)
+    share = f", {share} of end-to-end time" if share else ""
+    c = m.comparison
+    diff = f"; max |diff| {c.max_abs_diff:.2e} vs tolerance {c.limit:.2e}" if c is not None else "; not compared"
+    by = f", verified by {m.verified_by}" if m.verified_by else ""
+    return f"{speed}{share}{diff}: {pass_word(m.passed)}{by}"
+
+
+def tree_verdict(checks: Iterable[Any], summary: bool = False) -> str:
+    """One word for the checked modules a row holds: ``FAIL`` when any failed; over a summary
+    (ancestors, folds) ``checked``; else ``faster`` (all faster), ``slower`` (any), or ``same``."""
+    checks = list(checks)
+    if not checks:
+        return ""
+    if any(not m.passed for m in checks):
+        return "FAIL"
+    if summary:
+        return "checked"
+    verdicts = {m.timing.verdict if m.timing is not None else "" for m in checks}
+    if verdicts == {"faster"}:
+        return "faster"
+    return "slower" if "slower" in verdicts else "same"

@@ -8,12 +8,13 @@ a regular expression plus ``is:``/``family:``/``class:`` terms.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtGui import QColor
+
+from fusion_core.run.check_text import module_detail, module_name, tree_cell, tree_summary, tree_verdict
 
 from .. import style
 from ..format import rich
@@ -31,47 +32,34 @@ def _ancestors(path: str):
 
 @dataclass(frozen=True)
 class ModuleScore:
-    """One fused module's check, as the tree shows it (read from a ``ModuleCheck``)."""
+    """One fused module's check, as the tree shows it: the ``ModuleCheck`` and its texts from the
+    presentation layer (:mod:`fusion_core.run.check_text`), made once per result."""
 
     path: str
-    passed: bool
-    speedup: float
-    low: float
-    high: float
-    verdict: str  # "faster" | "slower" | "same" | ""
-    diff: float
-    limit: float
-    share: float | None
-    verified_by: str
-    error: str
-    floor: str = ""  # "noise [0.98, 1.02]": the timing's A/A noise floor (and why a verdict is undetermined)
-    share_interval: str = ""  # "[8.7%, 11.2%]": the share's 95% interval
+    check: Any  # the ModuleCheck
+    cell: str  # the check column's text
+    detail: str  # its tooltip line, after the name
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.check.passed)
 
     @classmethod
     def of(cls, check: Any) -> ModuleScore:
-        timing = getattr(check, "timing", None)
-        comp = getattr(check, "comparison", None)
-        nan = float("nan")
-        speedup = getattr(timing, "speedup", nan) if timing is not None else nan
-        return cls(
-            path=check.path,
-            passed=bool(getattr(check, "passed", False)),
-            speedup=speedup,
-            low=getattr(timing, "speedup_low", speedup) if timing is not None else nan,
-            high=getattr(timing, "speedup_high", speedup) if timing is not None else nan,
-            verdict=getattr(timing, "verdict", "") if timing is not None else "",
-            diff=getattr(comp, "max_abs_diff", nan) if comp is not None else nan,
-            limit=getattr(comp, "limit", nan) if comp is not None else nan,
-            share=getattr(check, "share_of_end_to_end", None),
-            verified_by=getattr(check, "verified_by", ""),
-            error=getattr(check, "error", ""),
-            floor=timing.floor_text() if hasattr(timing, "floor_text") else "",
-            share_interval=_interval(getattr(check, "share_low", None), getattr(check, "share_high", None)),
-        )
+        return cls(check.path, check, tree_cell(check), module_detail(check))
 
 
-def _interval(low: float | None, high: float | None) -> str:
-    return f" [{low:.1%}, {high:.1%}]" if low is not None and high is not None else ""
+# the tint of the check column per verdict word (:func:`~fusion_core.run.check_text.tree_verdict`)
+def _verdict_tint(word: str) -> QColor | None:
+    if word == "FAIL":
+        return style.tint(style.FAIL, 0.25)
+    if word == "checked":
+        return style.tint(style.MIXED, 0.1)  # a summary: its modules carry the speed colours
+    if word == "faster":
+        return style.tint(style.PASS, 0.25)
+    if word == "slower":
+        return style.tint(style.REJECTED, 0.2)
+    return style.tint(style.MIXED, 0.12) if word else None  # pass, speed the same (or mixed)
 
 
 class Overlay:
@@ -200,41 +188,15 @@ class Overlay:
         return list(seen.values())
 
     def check_text(self, paths: list[str], below: str | None = None) -> str:
-        """'1.42× [1.30–1.55] pass · 4%' for a checked module (speedup, its 95% interval, the verdict
-        against the tolerance, its share of end-to-end time); 'all 3 pass · 12% of time' above."""
+        """The check column: a checked module's own line, or the summary of the modules below."""
         if below is not None and below in self.scores:
-            s = self.scores[below]
-            if s.error:
-                return "error"
-            speed = f"{s.speedup:.2f}×" if math.isfinite(s.speedup) else "—"
-            if math.isfinite(s.low) and math.isfinite(s.high) and (s.low, s.high) != (s.speedup, s.speedup):
-                speed += f" [{s.low:.2f}–{s.high:.2f}]"
-            share = f" · {s.share:.0%}" if s.share is not None else ""
-            how = {"end-to-end inputs": " · e2e", "module sample inputs": " · alone"}.get(s.verified_by, "")
-            return f"{speed} {'pass' if s.passed else 'FAIL'}{share}{how}"
-        within = self._within(paths)
-        if not within:
-            return ""
-        fails = sum(1 for s in within if not s.passed)
-        share = sum(s.share for s in within if s.share is not None)
-        verdict = f"{fails} of {len(within)} FAIL" if fails else f"all {len(within)} pass"
-        return f"{verdict} · {share:.0%} of time" if share else verdict
+            return self.scores[below].cell
+        return tree_summary(s.check for s in self._within(paths))
 
     def check_tint(self, paths: list[str], below: str | None = None) -> QColor | None:
         own = below is not None and below in self.scores
         within = [self.scores[below]] if own else self._within(paths)
-        if not within:
-            return None
-        if any(not s.passed for s in within):
-            return style.tint(style.FAIL, 0.25)
-        if not own:
-            return style.tint(style.MIXED, 0.1)  # a summary: its modules carry the speed colours
-        verdicts = {s.verdict for s in within}
-        if verdicts == {"faster"}:
-            return style.tint(style.PASS, 0.25)
-        if "slower" in verdicts:
-            return style.tint(style.REJECTED, 0.2)
-        return style.tint(style.MIXED, 0.12)  # pass, speed the same (or mixed)
+        return _verdict_tint(tree_verdict((s.check for s in within), summary=not own))
 
     def check_tooltip(self, paths: list[str], below: str | None = None) -> str:
         within = [self.scores[below]] if below is not None and below in self.scores else self._within(paths)
@@ -246,21 +208,7 @@ class Overlay:
 
 
 def _score_line(s: ModuleScore) -> str:
-    e = rich
-    if s.error:
-        return f"<b>{e(s.path)}</b>: error: {e(s.error)}"
-    speed = (
-        f"{s.speedup:.2f}× [{s.low:.2f}, {s.high:.2f}] ({e(s.verdict or 'untimed')}"
-        + (f", {e(s.floor)})" if s.floor else ")")
-        if math.isfinite(s.speedup)
-        else "not timed"
-    )
-    share = f", {s.share:.1%}{s.share_interval} of end-to-end time" if s.share is not None else ""
-    verdict = "pass" if s.passed else "FAIL"
-    by = f", verified by {e(s.verified_by)}" if s.verified_by else ""
-    return (
-        f"<b>{e(s.path)}</b>: {speed}{share}; max |diff| {s.diff:.2e} vs tolerance {s.limit:.2e}: <b>{verdict}</b>{by}"
-    )
+    return f"<b>{rich(module_name(s.path))}</b>: {rich(s.detail)}"
 
 
 STATES = ("fused", "rejected", "candidate", "near", "checked", "failed")

@@ -5,10 +5,7 @@ whiskers. Reads the typed :class:`~fusion_core.run.results.CheckResult`, never d
 
 from __future__ import annotations
 
-import html
 import json
-import math
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,11 +33,22 @@ from PySide6.QtWidgets import (
 )
 
 from fusion_core.boundary.options import DTYPES, CheckOptions, OptionError
-from fusion_core.run.check_text import share_text, speed_text
+from fusion_core.run.check_text import (
+    END_TO_END,
+    Line,
+    check_rows,
+    end_line,
+    exact_line,
+    speed_line,
+    speed_text,
+    upstream_detail,
+    upstream_line,
+    verdict_lines,
+)
 
 from .. import style
 from ..charts import ChecksChart
-from ..format import dotted_core
+from ..format import dotted_core, rich
 from ..models.elide import KeyElideDelegate
 from ..models.table_model import Column, RowsTableModel, natural_widths, share_width
 from .workload import WorkloadControls
@@ -51,91 +59,82 @@ if TYPE_CHECKING:
     from ..state import AppState
 
 
-def _num(fmt: str):
-    def text(v: Any) -> str:
-        return fmt.format(v) if isinstance(v, (int, float)) and math.isfinite(v) else str(v)
-
-    return text
+def _cell(name: str):
+    """A column's text: the presentation layer's cell (:class:`~fusion_core.run.check_text.CheckRow`)."""
+    return lambda row: getattr(row["cells"], name)
 
 
 COLUMNS = (
     Column("module", "Module", tooltip="pass (green) when max |fused - original| is within the dtype's limit"),
     Column("verified_by", "Verified by", tooltip="end-to-end inputs, or inputs the family made for the module alone"),
-    Column("max_abs_diff", "Max abs diff", _num("{:.2e}"), numeric=True),
+    Column("max_abs_diff", "Max abs diff", numeric=True, display=_cell("max_abs")),
     Column(
         "limit",
         "Limit",
-        _num("{:.1e}"),
         numeric=True,
+        display=_cell("limit"),
         tooltip="atol × min(1, max |original|) + rtol × max |original| (relative below 1), or twice the rounding floor",
     ),
-    Column("original_ms", "Original ms", _num("{:.3f}"), numeric=True, tooltip="median over the paired rounds"),
-    Column("fused_ms", "Fused ms", _num("{:.3f}"), numeric=True, tooltip="median over the paired rounds"),
     Column(
-        "speedup_text",
+        "original_ms",
+        "Original ms",
+        numeric=True,
+        display=_cell("original_ms"),
+        tooltip="median over the paired rounds",
+    ),
+    Column("fused_ms", "Fused ms", numeric=True, display=_cell("fused_ms"), tooltip="median over the paired rounds"),
+    Column(
+        "speedup",
         "Speedup [95%] (noise)",
         tooltip="median of original/fused per round, with its 95% interval, the verdict and the A/A noise floor "
         "(the original timed against itself in the same rounds), as measured: faster or slower only clear of 1 by more than its "
         "widest side, from 5 rounds on, never on a busy machine",
         numeric=True,
+        display=lambda row: speed_text(row["cells"].timing),
     ),
     Column(
-        "share_text",
+        "share",
         "Share [95%]",
         numeric=True,
+        display=_cell("share"),
         tooltip="share of the original end-to-end time (median over the forwards after a warm-up, 95% interval)",
     ),
     Column("note", "Note"),
 )
 
 
-def _row(name: str, classes: str, verified_by: str, comp: Any, timing: Any, passed: bool, note: str) -> dict:
-    return {
-        "result": "pass" if passed else "FAIL",
-        "passed": passed,
-        "module": name,
-        "classes": classes,
-        "verified_by": verified_by,
-        "max_abs_diff": comp.max_abs_diff if comp is not None else None,
-        "max_rel_diff": comp.max_rel_diff if comp is not None else None,
-        "limit": comp.limit if comp is not None else None,
-        "original_ms": timing.original_ms if timing is not None else None,
-        "fused_ms": timing.fused_ms if timing is not None else None,
-        "speedup": timing.speedup if timing is not None else None,
-        "low": timing.speedup_low if timing is not None else None,
-        "high": timing.speedup_high if timing is not None else None,
-        "verdict": timing.verdict if timing is not None else "",
-        "noise_low": timing.noise_low if timing is not None else None,
-        "noise_high": timing.noise_high if timing is not None else None,
-        "speedup_text": speed_text(timing),  # the CLI's and the report's words
-        "note": note,
-    }
-
-
-def check_rows(result: CheckResult) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """Table rows (one per fused module) and the end-to-end row, from the typed :class:`CheckResult`."""
-    rows = []
-    for m in result.modules:
-        note = m.error or (m.comparison.note if m.comparison else "")
-        row = _row(m.path, f"{m.original_class} → {m.fused_class}", m.verified_by or "not verified", m.comparison,
-                   m.timing, m.passed, note)  # fmt: skip
-        row["share"] = m.share_of_end_to_end
-        row["share_text"] = share_text(m.share_of_end_to_end, m.share_low, m.share_high)
-        rows.append(row)
+def table_rows(result: CheckResult) -> list[dict[str, Any]]:
+    """The table's and the chart's rows: the presentation layer's cells (``cells``, what every
+    column shows), the module's ``path`` (None on the end-to-end row) and the raw numbers the
+    chart plots and the columns sort by."""
+    comparisons = [m.comparison for m in result.modules]
+    shares = [m.share_of_end_to_end for m in result.modules]
     e = result.end_to_end
-    end = None
     if e is not None and e.ran:
-        end = _row("end to end", f"{_entry(e.entry)} · {e.output}", f"{e.input_kind} inputs", e.comparison, e.timing,
-                   e.passed, "")  # fmt: skip
-        end["share"] = 1.0
-        end["share_text"] = "100%"
-    return rows, end
+        comparisons.append(e.comparison)
+        shares.append(1.0)
+    rows = []
+    for cells, comp, share in zip(check_rows(result), comparisons, shares, strict=True):
+        t = cells.timing
+        rows.append({
+            "cells": cells, "module": cells.module, "path": cells.path, "classes": cells.classes,
+            "label": END_TO_END if cells.path is None else cells.module,  # the chart's bar
+            "verified_by": cells.verified_by, "passed": cells.passed, "result": cells.result, "note": cells.note,
+            "max_abs_diff": comp.max_abs_diff if comp is not None else None,
+            "limit": comp.limit if comp is not None else None,
+            "original_ms": t.original_ms if t is not None else None, "fused_ms": t.fused_ms if t is not None else None,
+            "speedup": t.speedup if t is not None else None, "low": t.speedup_low if t is not None else None,
+            "high": t.speedup_high if t is not None else None, "verdict": t.verdict if t is not None else "",
+            "noise_low": t.noise_low if t is not None else None, "noise_high": t.noise_high if t is not None else None,
+            "share": share,
+        })  # fmt: skip
+    return rows
 
 
 def _style_row(row: dict[str, Any], column: int, role: int) -> Any:
     failed = not row.get("passed")
     if role == Qt.ItemDataRole.ToolTipRole and column == 0:
-        return f"{row['module']}: {row['classes']}, {'pass' if not failed else 'FAIL'}"
+        return f"{row['module']}: {row['classes']}, {row['result']}"
     if role == Qt.ItemDataRole.BackgroundRole and failed:
         return style.tint(style.FAIL, 0.16)
     if role == Qt.ItemDataRole.ForegroundRole and failed:
@@ -351,7 +350,7 @@ class ChecksPanel(QWidget):
     def select_module(self, path: str) -> bool:
         """Select the result row of module ``path``; False when it has none."""
         for i, row in enumerate(self.model.rows):
-            if row.get("module") == path:
+            if row.get("path") == path:
                 self.table.selectRow(i)
                 self.table.scrollTo(self.model.index(i, 0))
                 return True
@@ -359,16 +358,16 @@ class ChecksPanel(QWidget):
 
     def _on_double_clicked(self, index) -> None:
         row = self.model.rows[index.row()] if 0 <= index.row() < len(self.model.rows) else {}
-        if row.get("module") and row.get("module") != "end to end":
-            self.state.reveal(row["module"])
+        if row.get("path") is not None:
+            self.state.reveal(row["path"])
 
     def _on_row_changed(self, current: Any, _previous: Any) -> None:
         """Selecting a module's row selects that module (in the tree and the details)."""
         rows = self.model.rows
         if not current.isValid() or current.row() >= len(rows):
             return
-        path = rows[current.row()]["module"]
-        if self.result is not None and any(m.path == path for m in self.result.modules):
+        path = rows[current.row()]["path"]
+        if path is not None and self.result is not None and any(m.path == path for m in self.result.modules):
             self.state.reveal(path)
             self.state.select_module(path)
 
@@ -427,79 +426,37 @@ class ChecksPanel(QWidget):
 
     def _on_checks_finished(self, result: CheckResult) -> None:
         self.result = result
-        rows, end = check_rows(result)
-        all_rows = rows + ([end] if end else [])
-        self.model.set_rows(all_rows)
-        self._fit(all_rows)
-        self.chart.set_rows(rows, end)
-        tol = result.tolerance
-        rule = f"limit for {result.dtype}: atol {tol.atol} × min(1, max |original|) + rtol {tol.rtol} × max |original|"
-        if result.nothing_to_fuse:
-            self._set_role(self.banner, "warn", html.escape(" ".join(result.messages) or "Nothing to check."))
-        elif result.passed:
-            how = Counter(m.verified_by for m in result.modules)
-            ways = ", ".join(f"{n} on {k}" for k, n in how.items())
-            self._set_role(
-                self.banner,
-                "ok",
-                f"<b>Exact: all {len(rows)} fused module(s) verified</b> ({ways}; {html.escape(rule)}).",
-            )
-        else:
-            failed = [r["module"] for r in all_rows if not r["passed"]]
-            self._set_role(
-                self.banner,
-                "error",
-                f"<b>NOT exact or not verified</b>: {html.escape(', '.join(failed))} ({html.escape(rule)}).",
-            )
-        self._show_speed(result)
+        rows = table_rows(result)
+        self.model.set_rows(rows)
+        self._fit(rows)
+        modules = [r for r in rows if r["path"] is not None]
+        self.chart.set_rows(modules, next((r for r in rows if r["path"] is None), None))
+        self._show_line(self.banner, exact_line(result))
+        self._show_line(self.speed_banner, speed_line(result))
         self._show_verdicts(result)
         self._show_end_to_end(result)
         self._show_upstream(result)
         self._update_buttons()
 
-    def _show_speed(self, result: CheckResult) -> None:
-        """The speed banner, apart from the exactness one: faster, slower or no difference."""
-        e = result.end_to_end
-        if result.nothing_to_fuse or e is None:
-            self.speed_banner.hide()
+    def _show_line(self, label: QLabel, line: Line | None) -> None:
+        """A line of the presentation layer as plain words (its head bold); hidden when there is none."""
+        if line is None:
+            label.hide()
             return
-        if not e.ran:
-            text, role = f"<b>Speed end to end: {html.escape(e.skipped)}</b>", "info"
-        else:
-            verdict = e.timing.verdict
-            words = {"faster": "faster", "slower": "SLOWER", "same": "no measurable difference"}.get(verdict, verdict)
-            role = {"faster": "ok", "slower": "warn"}.get(verdict, "info")
-            text = (
-                f"<b>Speed end to end: {words}</b> — {e.timing.interval_text()} (95% interval; "
-                f"{html.escape(e.timing.floor_text())})"
-            )
-            if e.projected_speedup is not None:
-                text += f"; projected from the fused modules' shares: {e.projected_speedup:.2f}×"
-                if e.projected_low is not None and e.projected_high is not None:
-                    text += f" [{e.projected_low:.2f}, {e.projected_high:.2f}]"
-        for warning in result.warnings:
-            text += f"<br>⚠ {html.escape(warning)}"
-            role = "warn" if role != "error" else role
-        self._set_role(self.speed_banner, role, text)
-        self.speed_banner.show()
+        text = f"<b>{rich(line.head)}</b>{rich(line.rest)}"  # words from the model folder are data, never markup
+        text += "".join(f"<br>{rich(n)}" for n in line.notes)
+        self._set_role(label, line.kind, text)
+        label.show()
 
     def _show_verdicts(self, result: CheckResult) -> None:
-        g, compiled = result.generation, result.compiled
-        if not result.family_verdicts and g is None and compiled is None:
-            self.verdicts_label.hide()
-            return
-        lines = []
-        for v in result.family_verdicts:
-            colour = style.PASS if v.exact else style.FAIL
-            lines.append(f"<span style='color:{colour}'>●</span> {html.escape(v.line)}")
-        if g is not None:  # greedy decoding, original against fused (the workload's "generate")
-            colour = {"identical": style.PASS, "diverges": style.FAIL}.get(g.verdict, style.REJECTED)
-            lines.append(f"<span style='color:{colour}'>●</span> {html.escape(g.line)}")
-        if compiled is not None:  # both models under torch.compile (the workload's "compiled too")
-            colour = style.REJECTED if compiled.comparison is None else style.PASS if compiled.passed else style.FAIL
-            lines.append(f"<span style='color:{colour}'>●</span> {html.escape(compiled.line)}")
-        self.verdicts_label.setText("<br>".join(lines))
-        self.verdicts_label.show()
+        lines = verdict_lines(result)
+        colours = {"pass": style.PASS, "fail": style.FAIL}
+        self.verdicts_label.setText(
+            "<br>".join(
+                f"<span style='color:{colours.get(kind, style.REJECTED)}'>●</span> {rich(line)}" for kind, line in lines
+            )
+        )
+        self.verdicts_label.setVisible(bool(lines))
 
     def _fit(self, rows: list[dict[str, Any]]) -> None:
         """Numbers at full width; module and class names share the rest (elided in the middle)."""
@@ -527,39 +484,13 @@ class ChecksPanel(QWidget):
     def _show_end_to_end(self, result: CheckResult) -> None:
         e = result.end_to_end
         self.workload.media.show_fed(list(e.inputs) if e is not None else [])
-        if e is None or not e.ran:
-            self.end_label.setText(f"<b>End to end</b>: {html.escape(e.skipped)}" if e is not None else "")
-            self.end_label.setVisible(e is not None and not result.nothing_to_fuse)
-            return
-        colour = style.PASS if e.passed else style.FAIL
-        c, t = e.comparison, e.timing
-        self.end_label.setText(
-            f"<b>End to end</b> ({html.escape(e.output)} of {html.escape(_entry(e.entry))}, "
-            f"{html.escape(e.input_kind)} inputs): max abs diff {c.max_abs_diff:.2e} (limit {c.limit:.1e}) — "
-            f"<b style='color:{colour}'>{'pass' if e.passed else 'FAIL'}</b>; original {t.original_ms:.2f} ms, "
-            f"fused {t.fused_ms:.2f} ms"
-            + "".join(f"<br><span style='color:#5f6368'>{html.escape(n)}</span>" for n in e.notes)
-        )
-        self.end_label.show()
+        self._show_line(self.end_label, None if result.nothing_to_fuse else end_line(result))
 
     def _show_upstream(self, result: CheckResult) -> None:
         up = result.upstream
-        if up is None:
-            self.upstream_label.hide()
-            return
-        differs = any(f.status == "differs" for f in up.families) or (not up.families and not up.matches_ours)
-        verdict = " — differs from ours" if differs else (" — matches ours" if up.matches_ours else "")
-        # one line per family; the full finding is in the tooltip (the table and chart need the room)
-        families = "; ".join(f"{html.escape(f.name)}: <b>{html.escape(f.status)}</b>" for f in up.families)
-        self.upstream_label.setText(
-            f"<b>transformers' own fusion (upstream){verdict}:</b> {families or html.escape(up.summary)}"
-        )
-        self.upstream_label.setToolTip(
-            up.summary
-            + "".join(f"\n{f.name}: {f.status}" + (f" ({f.detail})" if f.detail else "") for f in up.families)
-        )
-        self._set_role(self.upstream_label, "warn" if differs else "ok" if up.matches_ours else "info", None)
-        self.upstream_label.show()
+        # one line; every family's finding in the tooltip (the table and chart need the room)
+        self._show_line(self.upstream_label, None if up is None else upstream_line(up))
+        self.upstream_label.setToolTip("" if up is None else upstream_detail(up))
 
     def _set_role(self, label: QLabel, role: str, text: str | None) -> None:
         label.setProperty("role", role)
@@ -567,7 +498,3 @@ class ChecksPanel(QWidget):
         label.style().polish(label)
         if text is not None:
             label.setText(text)
-
-
-def _entry(entry: str) -> str:
-    return "the whole model" if entry in ("", "(model)") else entry

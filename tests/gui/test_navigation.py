@@ -171,7 +171,12 @@ def test_selection_filters_transforms_and_mapping_and_back(qtbot, window, open_m
     panel.follow_box.setChecked(False)
     assert len(panel.visible_rows()) == len(everything)
     # a check row double-clicked selects its module too (the Checks tab's table)
-    window.checks.model.set_rows([{"module": "model.visual.patch_embed", "passed": True}])
+    from fusion_core.run.results import CheckResult, ModuleCheck, Tolerance
+    from fusion_gui.panels.checks import table_rows
+
+    checked = ModuleCheck("model.visual.patch_embed", "patch_embeddings", "PatchEmbed", "FusedPatchEmbed")
+    result = CheckResult("demo", "Model", {}, "float32", "cpu", 1, 0, Tolerance(1e-5, 1e-5), modules=[checked])
+    window.checks.model.set_rows(table_rows(result))
     window.checks.table.doubleClicked.emit(window.checks.model.index(0, 0))
     assert window.tree.current_path() == "model.visual.patch_embed"
 
