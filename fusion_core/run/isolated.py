@@ -97,8 +97,10 @@ class WarmChild:
         """Give the child the module it serves (once; see :data:`fusion_core.run.child.SERVES`)."""
         if self.module is not None:
             raise ValueError(f"this child already serves {self.module}")
+        from ..host.ops import SERVE, ServeParams
+
         self.module = module
-        self._write(json.dumps({"serve": module}))
+        self._write(SERVE.request_line(ServeParams(module)))
 
     def _write(self, line: str) -> None:
         assert self.proc.stdin is not None
