@@ -18,17 +18,43 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..boundary.ops import Op
 from ..errors import AdapterError, naming, one_line
 from ..export.consumers import LOADS_EXACTLY, LOADS_WRONG, REFUSES
 from ..export.result import Consumer
-from ..host.ops import ADAPTER_BASE, ADAPTER_TRY, AdapterBaseParams, AdapterTryParams
 from ..run.isolated import child_for, killed_by
 from .result import ProbeAnswer
 
-__all__ = ["AdapterProbe", "ProbeAnswer"]
+__all__ = ["ADAPTER_BASE", "ADAPTER_TRY", "AdapterBaseParams", "AdapterProbe", "AdapterTryParams", "ProbeAnswer"]
+
+
+@dataclass(frozen=True)
+class AdapterBaseParams:
+    """The child's first line: the base model (fused as ``fusion_config`` says for its fused layout)."""
+
+    base: str
+    fusion_config: dict[str, Any]
+    paths: list[str]
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class AdapterTryParams:
+    """The child's second line: the source adapter and the written one."""
+
+    source: str
+    source_layout: str
+    written: str
+    shown_as: str
+
+
+# the adapter consumers' child's operations (in fusion_core.host.ops.CHILD_OPS)
+ADAPTER_BASE: Op[AdapterBaseParams, None] = Op("child/adapter_base", AdapterBaseParams, type(None))
+ADAPTER_TRY: Op[AdapterTryParams, ProbeAnswer] = Op("child/adapter_try", AdapterTryParams, ProbeAnswer)
 
 
 class AdapterProbe:

@@ -41,15 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..boundary.ops import Op
 from ..errors import ExportError, FusionError, naming, one_line
-from ..host.ops import (
-    CONSUMERS_SOURCE,
-    CONSUMERS_TRY,
-    LOADING,
-    ConsumersSourceParams,
-    ConsumersTryParams,
-    LoadingParams,
-)
 from ..run.isolated import child_for, killed_by
 from .result import Consumer, ConsumersAnswer
 
@@ -69,6 +62,41 @@ LOADS_EXACTLY = "loads exactly"
 LOADS_NOT_COMPARED = "loads, outputs not compared"
 REFUSES = "refuses to load"
 LOADS_WRONG = "loads wrong"
+
+
+@dataclass(frozen=True)
+class ConsumersSourceParams:
+    """The consumers' child, first line: the source to load and run while the export is written."""
+
+    source: str
+    paths: list[str]
+    trust_remote_code: bool = False
+    dtype: str = "auto"
+    dtype_why: str = ""
+    max_memory: int | None = None
+
+
+@dataclass(frozen=True)
+class ConsumersTryParams:
+    """The consumers' child, second line: the written folder to load with each consumer."""
+
+    written: str
+    shown_as: str
+    exact: bool = False
+    max_memory: int | None = None
+
+
+@dataclass(frozen=True)
+class LoadingParams:
+    """The child says what it loads next (named if a signal ends it: out of memory)."""
+
+    what: str
+
+
+# the consumers' child's operations (in fusion_core.host.ops.CHILD_OPS)
+CONSUMERS_SOURCE: Op[ConsumersSourceParams, None] = Op("child/consumers_source", ConsumersSourceParams, type(None))
+CONSUMERS_TRY: Op[ConsumersTryParams, ConsumersAnswer] = Op("child/consumers_try", ConsumersTryParams, ConsumersAnswer)
+LOADING: Op[LoadingParams, LoadingParams] = Op("child/loading", LoadingParams, LoadingParams)  # a notification
 
 
 @dataclass

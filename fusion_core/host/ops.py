@@ -16,33 +16,33 @@ handler in :class:`.worker.Host`; the window calls it by the entry.
 
 Our isolated children (:mod:`fusion_core.run.child`: upstream parity, the export's and the
 adapter's consumers, the coverage workers) are asked and answer by the same kind of entry
-(:data:`CHILD_OPS`): a request is one line :meth:`Op.request_line` writes and
-:meth:`Op.read_request` reads back as the params dataclass; an answer (or a child's
-notification) is a marked line :meth:`Op.answer_line` writes, found among whatever else the
-child printed by :meth:`Op.find_answer`.
+(:class:`~fusion_core.boundary.ops.Op`, lines on their standard streams), declared next to
+the code that serves them (a layer imports only those below it, and this one is the top)
+and gathered here in :data:`CHILD_OPS`.
 
 Importing this module imports neither torch nor transformers (the window imports it).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from ..adapter.result import AdapterPlan, AdapterResult, ProbeAnswer
-from ..boundary.options import AdapterOptions, CheckOptions, ExportOptions, Workload
+from ..adapter import consumers as adapter_consumers
+from ..adapter.result import AdapterPlan, AdapterResult
+from ..boundary.ops import CHILD_MARK, Op, read_child_line
+from ..boundary.options import AdapterOptions, CheckOptions, ExportOptions
 from ..compare.result import Comparison
-from ..export.result import Consumer, ConsumersAnswer, ExportResult
+from ..coverage import worker as coverage_worker
+from ..export import consumers as export_consumers
+from ..export.result import Consumer, ExportResult
 from ..plan.diff import PlanDiff
 from ..plan.plan_data import PlanData
 from ..plan.view import InspectionView, view_from_data
-from ..run.results import CheckResult, UpstreamReport
-from . import protocol, wire
+from ..run import child, upstream
+from ..run.results import CheckResult
 
-P = TypeVar("P")
-R = TypeVar("R")
+__all__ = ["CHILD_MARK", "CHILD_OPS", "OPS", "Op", "read_child_line"]
 FusionConfigData = dict[str, Any]  # family -> True or its options (validated by the engine's plan)
 
 
@@ -178,65 +178,8 @@ class ModelLists:
 
 
 # the table -------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class Op(Generic[P, R]):
-    """One operation of the engine process."""
-
-    name: str
-    params: type[P]
-    result: Any  # the result's type (a dataclass, a typing form of them, or None)
-    long: bool = False  # on its own thread, with progress and cancel
-
-    def decode(self, data: Any) -> R:
-        """The typed result from its plain data (in the window).
-
-        Raises:
-            TypeError, ValueError, KeyError: ``data`` does not have the result's shape.
-        """
-        special = _FROM_PLAIN.get(self.result)
-        return special(data) if special is not None else wire.from_plain(self.result, data)
-
-    # a child's side of the operation (see the module docstring) --------------------------
-    def request_line(self, params: P) -> str:
-        """``params`` as the one request line a child reads (no newline)."""
-        return json.dumps(protocol.request(self.name, wire.to_plain(params)))
-
-    def read_request(self, line: str) -> P:
-        """The params of a request line of this operation (in the child).
-
-        Raises:
-            ValueError: not a request of this operation, or params of another shape.
-        """
-        data = wire.decode(line)
-        if data.get("method") != self.name:
-            raise ValueError(f"expected a {self.name!r} request, got {str(data.get('method'))!r:.80}")
-        return wire.from_plain(self.params, data.get("params"))
-
-    def answer_line(self, value: R) -> str:
-        """``value`` as the marked line a child prints (its answer, or a notification's params)."""
-        return CHILD_MARK + json.dumps({"method": self.name, "result": wire.to_plain(value)})
-
-    def find_answer(self, output: str) -> R | None:
-        """The last answer of this operation among a child's printed lines (None: there is none).
-
-        Raises:
-            ValueError: the answer does not have the result's shape.
-        """
-        for line in reversed(output.splitlines()):
-            found = read_child_line(line, {self.name: self})
-            if found is not None:
-                return found[1]  # type: ignore[no-any-return]
-        return None
-
-    def __repr__(self) -> str:
-        return f"Op({self.name!r})"
-
-
-# results whose plain form is checked beyond its shape when read (the "open" answer is also
-# what the model cache stores: its discoveries must match its families)
-_FROM_PLAIN: dict[Any, Callable[[Any], Any]] = {InspectionView: view_from_data}
-
-OPEN: Op[OpenParams, InspectionView] = Op("open", OpenParams, InspectionView, long=True)
+# (the "open" answer is also what the model cache stores: its discoveries must match its families)
+OPEN: Op[OpenParams, InspectionView] = Op("open", OpenParams, InspectionView, long=True, reader=view_from_data)
 CHECK: Op[CheckParams, CheckResult] = Op("check", CheckParams, CheckResult, long=True)
 EXPORT: Op[ExportParams, ExportResult] = Op("export", ExportParams, ExportResult, long=True)
 PLAN: Op[PlanParams, PlanData] = Op("plan", PlanParams, PlanData)
@@ -262,155 +205,20 @@ OPS.update({op.name: op for op in (ADAPTER_PLAN, ADAPTER)})  # LoRA adapters (fu
 OPS.update({op.name: op for op in (SAVE_PLAN, READ_PLAN)})  # plan files (fusion_core.plan.plan_file)
 
 
-# our isolated children's operations (fusion_core.run.child) ------------------------------
-#: what starts a child's answer line (a child's other output, model code printing, is not one)
-CHILD_MARK = "FUSION_CHILD "
-
-
-@dataclass(frozen=True)
-class ServeParams:
-    """A child's first line: the module it serves (one of ``fusion_core.run.child.SERVES``)."""
-
-    module: str
-
-
-@dataclass(frozen=True)
-class UpstreamParams:
-    """Upstream parity (:mod:`fusion_core.run.upstream`): load ``folder`` through transformers'
-    own ``fusion_config`` and compare with a plain load on the check's inputs."""
-
-    folder: str
-    model_class: str
-    fusion_config: FusionConfigData
-    dtype: str
-    seed: int
-    paths: list[str]
-    trust_remote_code: bool = False
-    workload: Workload | None = None
-
-
-@dataclass(frozen=True)
-class ConsumersSourceParams:
-    """The export's consumers (:mod:`fusion_core.export.consumers`), first line: the source to
-    load and run while the export is written."""
-
-    source: str
-    paths: list[str]
-    trust_remote_code: bool = False
-    dtype: str = "auto"
-    dtype_why: str = ""
-    max_memory: int | None = None
-
-
-@dataclass(frozen=True)
-class ConsumersTryParams:
-    """The export's consumers, second line: the written folder to load with each consumer."""
-
-    written: str
-    shown_as: str
-    exact: bool = False
-    max_memory: int | None = None
-
-
-@dataclass(frozen=True)
-class LoadingParams:
-    """A child says what it loads next (named if a signal ends it: out of memory)."""
-
-    what: str
-
-
-@dataclass(frozen=True)
-class AdapterBaseParams:
-    """The adapter's consumers (:mod:`fusion_core.adapter.consumers`), first line: the base model."""
-
-    base: str
-    fusion_config: FusionConfigData
-    paths: list[str]
-    trust_remote_code: bool = False
-
-
-@dataclass(frozen=True)
-class AdapterTryParams:
-    """The adapter's consumers, second line: the source adapter and the written one."""
-
-    source: str
-    source_layout: str
-    written: str
-    shown_as: str
-
-
-@dataclass(frozen=True)
-class CoverageStartParams:
-    """A coverage worker (:mod:`fusion_core.coverage.worker`), first line: how to prepare it."""
-
-    family_files: list[str] = field(default_factory=list)
-    build: bool = False  # it builds real models (coverage's check), else meta models
-    #: "module:function" run with each type first, and the file of its module (the scan's
-    #: tests inject faults with it; never set otherwise)
-    hook: str | None = None
-    hook_file: str | None = None
-
-
-@dataclass(frozen=True)
-class CoverageChunkParams:
-    """A coverage worker, each later line: scan (or check) these types one after the other."""
-
-    model_types: list[str]
-    family_names: list[str]
-    timeout: float
-    task: str = "scan"  # "scan" (the meta scan) or "check" (a tiny model each, coverage's check)
-
-
-@dataclass(frozen=True)
-class CoverageStarted:
-    """A coverage worker starts ``model_type`` (so a crash or a hang is that type's)."""
-
-    model_type: str
-    time: float
-
-
-CoverageRows = list[dict[str, Any]]  # one plain result per type (TypeResult's, or the check's)
-
-SERVE: Op[ServeParams, None] = Op("child/serve", ServeParams, type(None))
-UPSTREAM: Op[UpstreamParams, UpstreamReport] = Op("child/upstream", UpstreamParams, UpstreamReport)
-CONSUMERS_SOURCE: Op[ConsumersSourceParams, None] = Op("child/consumers_source", ConsumersSourceParams, type(None))
-CONSUMERS_TRY: Op[ConsumersTryParams, ConsumersAnswer] = Op("child/consumers_try", ConsumersTryParams, ConsumersAnswer)
-LOADING: Op[LoadingParams, LoadingParams] = Op("child/loading", LoadingParams, LoadingParams)
-ADAPTER_BASE: Op[AdapterBaseParams, None] = Op("child/adapter_base", AdapterBaseParams, type(None))
-ADAPTER_TRY: Op[AdapterTryParams, ProbeAnswer] = Op("child/adapter_try", AdapterTryParams, ProbeAnswer)
-COVERAGE_START: Op[CoverageStartParams, int] = Op("child/coverage_start", CoverageStartParams, int)  # its pid
-COVERAGE_STARTED: Op[CoverageStarted, CoverageStarted] = Op("child/coverage_started", CoverageStarted, CoverageStarted)
-COVERAGE_CHUNK: Op[CoverageChunkParams, CoverageRows] = Op("child/coverage_chunk", CoverageChunkParams, CoverageRows)
-
-#: every child operation, by name (a child's requests and answers; notifications answer their params)
+# our isolated children's operations, each declared where it is served ---------------------
+#: every child operation, by name: requests, answers, and what children say on the way
 CHILD_OPS: dict[str, Op[Any, Any]] = {
     op.name: op
     for op in (
-        SERVE,
-        UPSTREAM,
-        CONSUMERS_SOURCE,
-        CONSUMERS_TRY,
-        LOADING,
-        ADAPTER_BASE,
-        ADAPTER_TRY,
-        COVERAGE_START,
-        COVERAGE_STARTED,
-        COVERAGE_CHUNK,
+        child.SERVE,
+        upstream.UPSTREAM,
+        export_consumers.CONSUMERS_SOURCE,
+        export_consumers.CONSUMERS_TRY,
+        export_consumers.LOADING,
+        adapter_consumers.ADAPTER_BASE,
+        adapter_consumers.ADAPTER_TRY,
+        coverage_worker.COVERAGE_START,
+        coverage_worker.COVERAGE_STARTED,
+        coverage_worker.COVERAGE_CHUNK,
     )
 }
-
-
-def read_child_line(line: str, table: dict[str, Op[Any, Any]] | None = None) -> tuple[Op[Any, Any], Any] | None:
-    """The operation of ``table`` (default: :data:`CHILD_OPS`) and its result that one line a
-    child printed carries; None for any other line (model code printing, another operation).
-
-    Raises:
-        ValueError: a marked line that is not JSON, or a result without its declared shape.
-    """
-    if not line.startswith(CHILD_MARK):
-        return None
-    data = wire.decode(line[len(CHILD_MARK) :])
-    op = (CHILD_OPS if table is None else table).get(str(data.get("method")))
-    if op is None:
-        return None
-    return op, op.decode(data.get("result"))

@@ -3,7 +3,7 @@
 :class:`fusion_core.run.isolated.WarmChild` starts ``python -I -m fusion_core.run.child``
 from an empty folder. The child imports torch, transformers and its model-loading machinery
 (about 3 s on one core: most of a child's time to its answer), then reads one line that
-names what it serves (the ``child/serve`` request of :mod:`fusion_core.host.ops`), and hands its input to that
+names what it serves (the :data:`SERVE` request), and hands its input to that
 module's ``serve()``. A child serves one job and ends, so nothing one load leaves in the
 process (transformers' fusion registries leak, DESIGN.md upstream defect 3) reaches another.
 
@@ -19,10 +19,11 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from dataclasses import dataclass
 
-from ..host.ops import SERVE
+from ..boundary.ops import Op
 
-__all__ = ["SERVES", "main", "serve", "warm"]
+__all__ = ["SERVE", "SERVES", "ServeParams", "main", "serve", "warm"]
 
 #: the modules a child may serve (each has a ``serve() -> int`` reading its requests on stdin)
 SERVES = (
@@ -31,6 +32,17 @@ SERVES = (
     "fusion_core.adapter.consumers",
     "fusion_core.coverage.worker",
 )
+
+
+@dataclass(frozen=True)
+class ServeParams:
+    """A child's first line: the module it serves (one of :data:`SERVES`)."""
+
+    module: str
+
+
+#: a child's first request (in :data:`fusion_core.host.ops.CHILD_OPS`, as every child's operation)
+SERVE: Op[ServeParams, None] = Op("child/serve", ServeParams, type(None))
 
 
 def warm() -> None:

@@ -97,7 +97,7 @@ class WarmChild:
         """Give the child the module it serves (once; see :data:`fusion_core.run.child.SERVES`)."""
         if self.module is not None:
             raise ValueError(f"this child already serves {self.module}")
-        from ..host.ops import SERVE, ServeParams
+        from .child import SERVE, ServeParams
 
         self.module = module
         self._write(SERVE.request_line(ServeParams(module)))

@@ -2,10 +2,9 @@
 
 transformers (5.24.0 and later) can fuse at load time itself (``from_pretrained(...,
 fusion_config=...)``). Its registries are process-wide and never cleared (DESIGN.md,
-"Known upstream defects"), so it runs here in a **separate process**: this module, run as
-an isolated child serving this module, reads one request on stdin and writes one marked
-line on stdout: the ``child/upstream`` operation of :mod:`fusion_core.host.ops`
-(:class:`~fusion_core.host.ops.UpstreamParams` in, an
+"Known upstream defects"), so it runs here in a **separate process**: an isolated child
+serving this module reads one request on stdin and writes one marked line on stdout, the
+:data:`UPSTREAM` operation (:class:`UpstreamParams` in, an
 :class:`~fusion_core.run.results.UpstreamReport` out), which both sides build and read. The worker loads the original model our way (never fused), captures the
 same synthetic inputs as the check, loads the upstream fused model, compares, and then
 loads the checkpoint plainly once more in the same process to see whether the upstream
@@ -20,13 +19,13 @@ import importlib.util
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..boundary.ops import Op
 from ..boundary.options import Workload
 from ..errors import one_line
-from ..host.ops import UPSTREAM, UpstreamParams
 from .isolated import WarmChild, child_for, killed_by
 from .results import CheckResult, UpstreamFamily, UpstreamReport
 
@@ -36,6 +35,25 @@ if TYPE_CHECKING:
 AGREES, DIFFERS, NOT_FUSED, NOT_AVAILABLE = "agrees", "differs", "not fused upstream", "not available upstream"
 
 TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class UpstreamParams:
+    """What the upstream child is asked: load ``folder`` through transformers' own
+    ``fusion_config`` and compare with a plain load on the check's inputs."""
+
+    folder: str
+    model_class: str
+    fusion_config: dict[str, Any]
+    dtype: str
+    seed: int
+    paths: list[str]
+    trust_remote_code: bool = False
+    workload: Workload | None = None
+
+
+#: the upstream child's operation (in :data:`fusion_core.host.ops.CHILD_OPS`)
+UPSTREAM: Op[UpstreamParams, UpstreamReport] = Op("child/upstream", UpstreamParams, UpstreamReport)
 
 
 def upstream_knows(family: str) -> tuple[bool, str]:

@@ -191,8 +191,7 @@ def test_nothing_to_run_is_not_loads_exactly(llama_dir: Path, tmp_path: Path) ->
     from transformers import LlamaForCausalLM
 
     from fusion_core import export
-    from fusion_core.export.consumers import LOADS_NOT_COMPARED, _probe, comparison_dtype
-    from fusion_core.host.ops import ConsumersTryParams
+    from fusion_core.export.consumers import LOADS_NOT_COMPARED, ConsumersTryParams, _probe, comparison_dtype
 
     export(llama_dir, tmp_path / "out", {"qkv": True}, verify_outputs=False)
     spec = ConsumersTryParams(str(tmp_path / "out"), str(tmp_path / "out"))
@@ -210,10 +209,17 @@ def test_the_output_check_is_our_loaders_comparison_in_the_consumers_child(llama
     import torch
 
     from fusion_core import ExportError
-    from fusion_core.export.consumers import LOADS_EXACTLY, LOADS_WRONG, REFUSES, _prepare, _probe
+    from fusion_core.export.consumers import (
+        LOADS_EXACTLY,
+        LOADS_WRONG,
+        REFUSES,
+        ConsumersSourceParams,
+        ConsumersTryParams,
+        _prepare,
+        _probe,
+    )
     from fusion_core.export.pipeline import _require_outputs as require_outputs
     from fusion_core.export.result import Consumer
-    from fusion_core.host.ops import ConsumersSourceParams, ConsumersTryParams
 
     prepared = _prepare(ConsumersSourceParams(str(llama_dir), []))
     runs = prepared[1]  # (model class, runs with their reference outputs, trust)
