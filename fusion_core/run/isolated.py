@@ -1,4 +1,4 @@
-"""Our child processes (upstream parity, export consumers), isolated from untrusted code.
+"""Our child processes (upstream parity, export and adapter consumers, coverage workers), isolated from untrusted code.
 
 A child is started with ``python -I`` (no ``PYTHON*`` variables, no user site, no script
 folder or working directory on ``sys.path``) from an empty temporary folder, and finds
