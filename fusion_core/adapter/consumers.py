@@ -22,24 +22,39 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..boundary.convert import from_plain, to_plain
+from ..boundary.ops import Op
 from ..errors import AdapterError, naming, one_line
 from ..export.consumers import LOADS_EXACTLY, LOADS_WRONG, REFUSES
 from ..export.result import Consumer
 from ..run.isolated import child_for, killed_by
+from .result import ProbeAnswer
 
-__all__ = ["AdapterProbe", "ProbeAnswer"]
-
-_MARK = "FUSION_CORE_ADAPTER_CONSUMERS "
+__all__ = ["ADAPTER_BASE", "ADAPTER_TRY", "AdapterBaseParams", "AdapterProbe", "AdapterTryParams", "ProbeAnswer"]
 
 
-@dataclass
-class ProbeAnswer:
-    """The child's answer."""
+@dataclass(frozen=True)
+class AdapterBaseParams:
+    """The child's first line: the base model (fused as ``fusion_config`` says for its fused layout)."""
 
-    consumers: list[Consumer]
-    outputs: dict[str, Any]
-    merged: dict[str, Any]
+    base: str
+    fusion_config: dict[str, Any]
+    paths: list[str]
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class AdapterTryParams:
+    """The child's second line: the source adapter and the written one."""
+
+    source: str
+    source_layout: str
+    written: str
+    shown_as: str
+
+
+# the adapter consumers' child's operations (in fusion_core.host.ops.CHILD_OPS)
+ADAPTER_BASE: Op[AdapterBaseParams, None] = Op("child/adapter_base", AdapterBaseParams, type(None))
+ADAPTER_TRY: Op[AdapterTryParams, ProbeAnswer] = Op("child/adapter_try", AdapterTryParams, ProbeAnswer)
 
 
 class AdapterProbe:
@@ -48,13 +63,8 @@ class AdapterProbe:
     def __init__(self, base: Path, plan: Any, *, trust_remote_code: bool = False) -> None:
         self._child = child_for("fusion_core.adapter.consumers", prefix="fusion-core-adapter-")
         paths = [m.path for fam in plan.families for m in fam.discovery.matches]
-        first = {
-            "base": str(Path(base).resolve()),
-            "fusion_config": plan.fusion_config,
-            "paths": paths,
-            "trust_remote_code": trust_remote_code,
-        }
-        self._child.send(json.dumps(first))
+        first = AdapterBaseParams(str(Path(base).resolve()), dict(plan.fusion_config), paths, trust_remote_code)
+        self._child.send(ADAPTER_BASE.request_line(first))
 
     def run(
         self, source: Path, source_layout: str, written: Path, shown_as: Path, *, timeout: float = 1800
@@ -64,25 +74,20 @@ class AdapterProbe:
         Raises:
             AdapterError: the child failed, or its answer is not understood.
         """
-        request = {
-            "source": str(Path(source).resolve()),
-            "source_layout": source_layout,
-            "written": str(Path(written).resolve()),
-            "shown_as": str(shown_as),
-        }
-        self._child.send(json.dumps(request))
+        request = AdapterTryParams(
+            str(Path(source).resolve()), source_layout, str(Path(written).resolve()), str(shown_as)
+        )
+        self._child.send(ADAPTER_TRY.request_line(request))
         try:
             done = self._child.finish(timeout)
         except subprocess.TimeoutExpired:
             raise AdapterError(f"verifying the adapter took over {timeout:.0f}s; nothing was written") from None
-        for line in reversed(done.stdout.splitlines()):
-            if line.startswith(_MARK):
-                try:
-                    data = json.loads(line[len(_MARK) :])
-                    consumers = from_plain(list[Consumer], data["consumers"])
-                    return ProbeAnswer(consumers, dict(data["outputs"]), dict(data["merged"]))
-                except (ValueError, KeyError, TypeError) as e:
-                    raise AdapterError(f"the adapter verification's answer is not understood ({e})") from None
+        try:
+            answer = ADAPTER_TRY.find_answer(done.stdout)
+        except ValueError as e:  # PlainDataError, JSONDecodeError
+            raise AdapterError(f"the adapter verification's answer is not understood ({e})") from None
+        if answer is not None:
+            return answer
         ended = killed_by(done.returncode)
         if ended:
             raise naming(
@@ -99,19 +104,19 @@ class AdapterProbe:
         self._child.close()
 
 
-def _prepare(first: dict[str, Any]) -> dict[str, Any]:
+def _prepare(first: AdapterBaseParams) -> dict[str, Any]:
     import torch
 
     from ..api import load_plain
     from ..export.verify import pick_inputs
     from ..plan.fusion_plan import as_plan
 
-    trust = bool(first["trust_remote_code"])
-    plan = as_plan(first["base"], first["fusion_config"], trust_remote_code=trust)
+    trust = first.trust_remote_code
+    plan = as_plan(first.base, first.fusion_config, trust_remote_code=trust)
     reference = load_plain(plan, dtype="float32").eval()
     with torch.inference_mode():
-        found = pick_inputs(reference, list(first["paths"]))
-    return {**first, "plan": plan, "cls": type(reference), "found": found, "trust": trust}
+        found = pick_inputs(reference, list(first.paths))
+    return {"base": first.base, "plan": plan, "cls": type(reference), "found": found, "trust": trust}
 
 
 def _stock(ctx: dict[str, Any]) -> Any:
@@ -144,7 +149,7 @@ def _run(peft_model: Any, found: Any) -> Any:
         return main_output(entry(**inputs.kwargs))[1]
 
 
-def _probe(ctx: dict[str, Any], spec: dict[str, Any]) -> ProbeAnswer:
+def _probe(ctx: dict[str, Any], spec: AdapterTryParams) -> ProbeAnswer:
     import peft
 
     import fusion_core
@@ -155,11 +160,11 @@ def _probe(ctx: dict[str, Any], spec: dict[str, Any]) -> ProbeAnswer:
     if found is None:
         raise AdapterError("no synthetic input fits this model: the adapter's outputs cannot be compared")
     loaders = {"original": _stock, "fused": _ours}
-    src_layout = spec["source_layout"]
+    src_layout = spec.source_layout
     out_layout = "fused" if src_layout == "original" else "original"
-    reference = _with_adapter(loaders[src_layout](ctx), spec["source"])
+    reference = _with_adapter(loaders[src_layout](ctx), spec.source)
     want = _run(reference, found)
-    where = json.dumps(spec["shown_as"])
+    where = json.dumps(spec.shown_as)
     pv = f"peft {peft.__version__}"
     names = {
         "fused": (f"{pv} on fusion_core {fusion_core.__version__} (fused layout)", "fusion_core.load(BASE, fusions)"),
@@ -176,7 +181,7 @@ def _probe(ctx: dict[str, Any], spec: dict[str, Any]) -> ProbeAnswer:
         try:
             with warnings.catch_warnings(record=True) as said:
                 warnings.simplefilter("always")
-                model = _with_adapter(loaders[layout](ctx), spec["written"])
+                model = _with_adapter(loaders[layout](ctx), spec.written)
             got = _run(model, found)
         except Exception as e:  # any failure to load or run is the consumer refusing
             entry.detail = one_line(e, named=True, first=True)
@@ -272,11 +277,10 @@ def serve() -> int:
     first = sys.stdin.readline()
     if not first:  # the parent gave up before asking anything
         return 0
-    ctx = _prepare(json.loads(first))
+    ctx = _prepare(ADAPTER_BASE.read_request(first))
     line = sys.stdin.readline()
     if not line:
         return 0
-    answer = _probe(ctx, json.loads(line))
-    plain = {"consumers": to_plain(answer.consumers), "outputs": answer.outputs, "merged": answer.merged}
-    sys.stdout.write("\n" + _MARK + json.dumps(plain) + "\n")
+    answer = _probe(ctx, ADAPTER_TRY.read_request(line))
+    sys.stdout.write("\n" + ADAPTER_TRY.answer_line(answer) + "\n")
     return 0

@@ -141,3 +141,12 @@ class AdapterResult:
     seconds: float = field(metadata=plain(dump=lambda s: round(s, 3)))
     consumers: list[Consumer] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ProbeAnswer:
+    """The adapter consumers' child's answer (:mod:`fusion_core.adapter.consumers`)."""
+
+    consumers: list[Consumer]
+    outputs: dict[str, Any]
+    merged: dict[str, Any]

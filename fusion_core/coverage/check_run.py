@@ -178,15 +178,12 @@ def coverage_check(
             results[model_type] = check_type(model_type, families, timeout)
             write_json(path, {**stored, **results})
     elif todo:
-        from .checked import check_types
         from .pool import scan_in_pool
 
         fresh: dict[str, dict[str, Any]] = {}
         saved = 0
         try:
-            for p in scan_in_pool(
-                todo, families, min(jobs, len(todo)) or 1, timeout, fresh, task=check_types, build=True
-            ):
+            for p in scan_in_pool(todo, families, min(jobs, len(todo)) or 1, timeout, fresh, task="check", build=True):
                 if len(fresh) != saved:
                     saved = len(fresh)
                     results.update({t: _from_pool(r) for t, r in fresh.items()})

@@ -2,9 +2,9 @@
 
 For every model type of ``CONFIG_MAPPING`` (or the ones named with ``only``): default
 config, model class (:func:`fusion_core.coverage.worker.resolve_model_class`), meta init,
-discovery for each family. The work runs in spawned worker processes
-(:mod:`fusion_core.coverage.worker`) that import transformers once and scan many types
-each; types are handed out in chunks of one ``transformers.models.<name>`` package, so a
+discovery for each family. The work runs in worker children (:mod:`fusion_core.coverage.worker`,
+our isolated children: forked from the zygote where the process uses one) that import
+transformers once and scan many types each; types are handed out in chunks of one ``transformers.models.<name>`` package, so a
 modeling module is imported by one worker only, costliest chunks first
 (:mod:`fusion_core.coverage.pool`).
 

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..boundary.convert import from_plain, to_plain
+from ..boundary.ops import Op
 from ..errors import ExportError, FusionError, naming, one_line
 from ..run.isolated import child_for, killed_by
-from .result import Consumer
+from .result import Consumer, ConsumersAnswer
 
 __all__ = [
     "LOADS_EXACTLY",
@@ -62,8 +62,41 @@ LOADS_EXACTLY = "loads exactly"
 LOADS_NOT_COMPARED = "loads, outputs not compared"
 REFUSES = "refuses to load"
 LOADS_WRONG = "loads wrong"
-_MARK = "FUSION_CORE_CONSUMERS "
-_STAGE = "FUSION_CORE_CONSUMERS_LOADING "
+
+
+@dataclass(frozen=True)
+class ConsumersSourceParams:
+    """The consumers' child, first line: the source to load and run while the export is written."""
+
+    source: str
+    paths: list[str]
+    trust_remote_code: bool = False
+    dtype: str = "auto"
+    dtype_why: str = ""
+    max_memory: int | None = None
+
+
+@dataclass(frozen=True)
+class ConsumersTryParams:
+    """The consumers' child, second line: the written folder to load with each consumer."""
+
+    written: str
+    shown_as: str
+    exact: bool = False
+    max_memory: int | None = None
+
+
+@dataclass(frozen=True)
+class LoadingParams:
+    """The child says what it loads next (named if a signal ends it: out of memory)."""
+
+    what: str
+
+
+# the consumers' child's operations (in fusion_core.host.ops.CHILD_OPS)
+CONSUMERS_SOURCE: Op[ConsumersSourceParams, None] = Op("child/consumers_source", ConsumersSourceParams, type(None))
+CONSUMERS_TRY: Op[ConsumersTryParams, ConsumersAnswer] = Op("child/consumers_try", ConsumersTryParams, ConsumersAnswer)
+LOADING: Op[LoadingParams, LoadingParams] = Op("child/loading", LoadingParams, LoadingParams)  # a notification
 
 
 @dataclass
@@ -118,16 +151,6 @@ def comparison_dtype(folder: Path, requested: str = "auto", max_memory: int | No
     return CompareAt(stored, why, checkpoint_bytes(ckpt, stored))
 
 
-@dataclass
-class ConsumersAnswer:
-    """The consumers' child's answer: each consumer, and our loader's comparison in full."""
-
-    consumers: list[Consumer]
-    #: :func:`fusion_core.export.verify.compare_outputs` on the export as our loader loads it
-    #: (None: it did not load, or did not run)
-    outputs: dict[str, Any] | None = None
-
-
 class ConsumerProbe:
     """The consumers' child process, started before the export is written.
 
@@ -157,15 +180,15 @@ class ConsumerProbe:
         self._source_name = Path(source_folder).name
         self._max_memory = max_memory
         self._child = child_for("fusion_core.export.consumers", prefix="fusion-core-consumers-")
-        first = {
-            "source": str(Path(source_folder).resolve()),
-            "paths": paths,
-            "trust_remote_code": trust_remote_code,
-            "dtype": self.comparison.dtype,
-            "dtype_why": self.comparison.why,
-            "max_memory": max_memory,
-        }
-        self._child.send(json.dumps(first))
+        first = ConsumersSourceParams(
+            source=str(Path(source_folder).resolve()),
+            paths=list(paths),
+            trust_remote_code=trust_remote_code,
+            dtype=self.comparison.dtype,
+            dtype_why=self.comparison.why,
+            max_memory=max_memory,
+        )
+        self._child.send(CONSUMERS_SOURCE.request_line(first))
 
     def run(self, written: Path, shown_as: Path, *, exact: bool = False, timeout: float = 1800) -> ConsumersAnswer:
         """Load ``written`` with each consumer and compare with the source: our loader, then transformers.
@@ -182,21 +205,20 @@ class ConsumerProbe:
                 of memory: ..." for SIGKILL, with what it was loading), or its answer is not
                 understood.
         """
-        request = {"written": str(Path(written).resolve()), "shown_as": str(shown_as), "exact": exact}
-        request["max_memory"] = self._max_memory
-        self._child.send(json.dumps(request))
+        request = ConsumersTryParams(str(Path(written).resolve()), str(shown_as), exact, self._max_memory)
+        self._child.send(CONSUMERS_TRY.request_line(request))
         try:
             done = self._child.finish(timeout)
         except subprocess.TimeoutExpired:
             raise ExportError(
                 f"trying the consumers of {written} took over {timeout:.0f}s; nothing was written"
             ) from None
-        for line in reversed(done.stdout.splitlines()):
-            if line.startswith(_MARK):
-                try:
-                    return from_plain(ConsumersAnswer, json.loads(line[len(_MARK) :]))
-                except ValueError as e:  # PlainDataError, JSONDecodeError
-                    raise ExportError(f"the consumers' answer is not understood ({e}); nothing was written") from None
+        try:
+            answer = CONSUMERS_TRY.find_answer(done.stdout)
+        except ValueError as e:  # PlainDataError, JSONDecodeError
+            raise ExportError(f"the consumers' answer is not understood ({e}); nothing was written") from None
+        if answer is not None:
+            return answer
         ended = killed_by(done.returncode)
         if ended:
             raise self._killed(ended, done.stdout)
@@ -207,10 +229,11 @@ class ConsumerProbe:
         """The error for a child a signal ended, naming what it was loading (its last stage line)."""
         from ..run.modules import _size
 
-        what = next(
-            (x[len(_STAGE) :] for x in reversed(stdout.splitlines()) if x.startswith(_STAGE)),
-            f"the source model {self._source_name} (or about to)",
-        )
+        try:
+            stage = LOADING.find_answer(stdout)
+        except ValueError:
+            stage = None
+        what = stage.what if stage is not None else f"the source model {self._source_name} (or about to)"
         c = self.comparison
         size = f", about {_size(c.nbytes)}" if c.nbytes else ""
         oom = "out of memory: " if ended.startswith("killed by signal 9 ") else ""
@@ -322,11 +345,11 @@ def predicted_consumers(plan: Any, layout: str, dest: str = "OUT") -> list[Consu
 
 def _loading(what: str) -> None:
     """Say what the child loads next (the parent names it if the child is killed, e.g. out of memory)."""
-    sys.stdout.write(f"\n{_STAGE}{what}\n")
+    sys.stdout.write("\n" + LOADING.answer_line(LoadingParams(what)) + "\n")
     sys.stdout.flush()
 
 
-def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, CompareAt]:
+def _prepare(first: ConsumersSourceParams) -> tuple[Any, Any, bool, CompareAt]:
     """(the source model's class, its picked inputs and outputs or None, trust, the dtype):
     before the export exists. The source is freed before this returns: its outputs are kept."""
     import torch
@@ -334,13 +357,13 @@ def _prepare(first: dict[str, Any]) -> tuple[Any, Any, bool, CompareAt]:
     from ..api import load_plain
     from .verify import export_runs, rounding_floors
 
-    trust = bool(first["trust_remote_code"])
-    source = Path(first["source"])
-    dtype = str(first.get("dtype") or "auto")
-    comparison = comparison_dtype(source, dtype) if dtype == "auto" else CompareAt(dtype, first.get("dtype_why", ""), 0)
+    trust = first.trust_remote_code
+    source = Path(first.source)
+    dtype = first.dtype or "auto"
+    comparison = comparison_dtype(source, dtype) if dtype == "auto" else CompareAt(dtype, first.dtype_why, 0)
     _loading(f"the source model {source.name}")
-    max_memory = first.get("max_memory")
-    paths = list(first["paths"])
+    max_memory = first.max_memory
+    paths = list(first.paths)
     with contextlib.ExitStack() as stack:
         if max_memory is None:
             reference = load_plain(source, dtype=comparison.dtype, trust_remote_code=trust).eval()
@@ -370,7 +393,7 @@ def _offloaded_source(source: Path, dtype: str, max_memory: int, trust: bool, st
     return load_original(plan, dtype=dtype, device_map=memory.device_map, keep=stack).eval()
 
 
-def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> ConsumersAnswer:
+def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: ConsumersTryParams) -> ConsumersAnswer:
     import torch
     import transformers
 
@@ -381,10 +404,10 @@ def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> 
 
     cls, runs, trust, comparison = prepared
     dtype = comparison.dtype
-    max_memory = spec.get("max_memory")
+    max_memory = spec.max_memory
     note = dtype_note(dtype, comparison.why)
-    where = json.dumps(spec["shown_as"])
-    exact = bool(spec.get("exact"))
+    where = json.dumps(spec.shown_as)
+    exact = spec.exact
     consumers: list[Consumer] = []
     answer = ConsumersAnswer(consumers)
 
@@ -396,7 +419,7 @@ def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> 
         except Exception as e:  # any failure to load is the consumer refusing
             entry.detail = one_line(e, named=True, first=True)
             if loader is stock:
-                entry.detail += unknown_to_transformers(Path(spec["written"]))
+                entry.detail += unknown_to_transformers(Path(spec.written))
             return
         try:
             rate(entry, model, problems, outputs)
@@ -437,14 +460,14 @@ def _probe(prepared: tuple[Any, Any, bool, CompareAt], spec: dict[str, Any]) -> 
 
     def ours() -> tuple[Any, list[str]]:
         _loading("the export with fusion_core")
-        return load(spec["written"], dtype=dtype, trust_remote_code=trust, max_memory=max_memory).model, []
+        return load(spec.written, dtype=dtype, trust_remote_code=trust, max_memory=max_memory).model, []
 
     def stock() -> tuple[Any, list[str]]:
         _loading("the export with transformers")
         kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype), "output_loading_info": True}
         if max_memory is not None:  # accelerate's own placement for the budget, as a user would ask it
             kwargs.update(device_map="auto", max_memory={"cpu": int(max_memory)}, offload_folder=stock_folder)
-        model, info = cls.from_pretrained(spec["written"], trust_remote_code=trust, **kwargs)
+        model, info = cls.from_pretrained(spec.written, trust_remote_code=trust, **kwargs)
         problems = []
         for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
             items = sorted(str(k) for k in info.get(kind) or [])
@@ -468,10 +491,10 @@ def serve() -> int:
     first = sys.stdin.readline()
     if not first:  # the parent gave up before asking anything
         return 0
-    prepared = _prepare(json.loads(first))  # the source, while the export is written
+    prepared = _prepare(CONSUMERS_SOURCE.read_request(first))  # the source, while the export is written
     line = sys.stdin.readline()
     if not line:  # the parent gave up (an error, a cancel)
         return 0
-    result = _probe(prepared, json.loads(line))
-    sys.stdout.write("\n" + _MARK + json.dumps(to_plain(result)) + "\n")
+    result = _probe(prepared, CONSUMERS_TRY.read_request(line))
+    sys.stdout.write("\n" + CONSUMERS_TRY.answer_line(result) + "\n")
     return 0

@@ -42,6 +42,16 @@ class Consumer:
 
 
 @dataclass
+class ConsumersAnswer:
+    """The consumers' child's answer: each consumer, and our loader's comparison in full."""
+
+    consumers: list[Consumer]
+    #: :func:`fusion_core.export.verify.compare_outputs` on the export as our loader loads it
+    #: (None: it did not load, or did not run)
+    outputs: dict[str, Any] | None = None
+
+
+@dataclass
 class ExportVerification:
     """What was checked after writing, before the output was moved into place."""
 

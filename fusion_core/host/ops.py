@@ -14,27 +14,35 @@ cancelled; *quick* ones run in order on one thread.
 Adding an operation: its params dataclass and an :class:`Op` here (in :data:`OPS`), its
 handler in :class:`.worker.Host`; the window calls it by the entry.
 
+Our isolated children (:mod:`fusion_core.run.child`: upstream parity, the export's and the
+adapter's consumers, the coverage workers) are asked and answer by the same kind of entry
+(:class:`~fusion_core.boundary.ops.Op`, lines on their standard streams), declared next to
+the code that serves them (a layer imports only those below it, and this one is the top)
+and gathered here in :data:`CHILD_OPS`.
+
 Importing this module imports neither torch nor transformers (the window imports it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
+from ..adapter import consumers as adapter_consumers
 from ..adapter.result import AdapterPlan, AdapterResult
+from ..boundary.ops import CHILD_MARK, Op, read_child_line
 from ..boundary.options import AdapterOptions, CheckOptions, ExportOptions
 from ..compare.result import Comparison
+from ..coverage import worker as coverage_worker
+from ..export import consumers as export_consumers
 from ..export.result import Consumer, ExportResult
 from ..plan.diff import PlanDiff
 from ..plan.plan_data import PlanData
 from ..plan.view import InspectionView, view_from_data
+from ..run import child, upstream
 from ..run.results import CheckResult
-from . import wire
 
-P = TypeVar("P")
-R = TypeVar("R")
+__all__ = ["CHILD_MARK", "CHILD_OPS", "OPS", "Op", "read_child_line"]
 FusionConfigData = dict[str, Any]  # family -> True or its options (validated by the engine's plan)
 
 
@@ -169,33 +177,8 @@ class ModelLists:
 
 
 # the table -------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class Op(Generic[P, R]):
-    """One operation of the engine process."""
-
-    name: str
-    params: type[P]
-    result: Any  # the result's type (a dataclass, a typing form of them, or None)
-    long: bool = False  # on its own thread, with progress and cancel
-
-    def decode(self, data: Any) -> R:
-        """The typed result from its plain data (in the window).
-
-        Raises:
-            TypeError, ValueError, KeyError: ``data`` does not have the result's shape.
-        """
-        special = _FROM_PLAIN.get(self.result)
-        return special(data) if special is not None else wire.from_plain(self.result, data)
-
-    def __repr__(self) -> str:
-        return f"Op({self.name!r})"
-
-
-# results whose plain form is checked beyond its shape when read (the "open" answer is also
-# what the model cache stores: its discoveries must match its families)
-_FROM_PLAIN: dict[Any, Callable[[Any], Any]] = {InspectionView: view_from_data}
-
-OPEN: Op[OpenParams, InspectionView] = Op("open", OpenParams, InspectionView, long=True)
+# (the "open" answer is also what the model cache stores: its discoveries must match its families)
+OPEN: Op[OpenParams, InspectionView] = Op("open", OpenParams, InspectionView, long=True, reader=view_from_data)
 CHECK: Op[CheckParams, CheckResult] = Op("check", CheckParams, CheckResult, long=True)
 EXPORT: Op[ExportParams, ExportResult] = Op("export", ExportParams, ExportResult, long=True)
 PLAN: Op[PlanParams, PlanData] = Op("plan", PlanParams, PlanData)
@@ -219,3 +202,22 @@ OPS: dict[str, Op[Any, Any]] = {
 }
 OPS.update({op.name: op for op in (ADAPTER_PLAN, ADAPTER)})  # LoRA adapters (fusion_core.adapter)
 OPS.update({op.name: op for op in (SAVE_PLAN, READ_PLAN)})  # plan files (fusion_core.plan.plan_file)
+
+
+# our isolated children's operations, each declared where it is served ---------------------
+#: every child operation, by name: requests, answers, and what children say on the way
+CHILD_OPS: dict[str, Op[Any, Any]] = {
+    op.name: op
+    for op in (
+        child.SERVE,
+        upstream.UPSTREAM,
+        export_consumers.CONSUMERS_SOURCE,
+        export_consumers.CONSUMERS_TRY,
+        export_consumers.LOADING,
+        adapter_consumers.ADAPTER_BASE,
+        adapter_consumers.ADAPTER_TRY,
+        coverage_worker.COVERAGE_START,
+        coverage_worker.COVERAGE_STARTED,
+        coverage_worker.COVERAGE_CHUNK,
+    )
+}

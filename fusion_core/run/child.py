@@ -3,7 +3,7 @@
 :class:`fusion_core.run.isolated.WarmChild` starts ``python -I -m fusion_core.run.child``
 from an empty folder. The child imports torch, transformers and its model-loading machinery
 (about 3 s on one core: most of a child's time to its answer), then reads one line that
-names what it serves, ``{"serve": "fusion_core.run.upstream"}``, and hands its input to that
+names what it serves (the :data:`SERVE` request), and hands its input to that
 module's ``serve()``. A child serves one job and ends, so nothing one load leaves in the
 process (transformers' fusion registries leak, DESIGN.md upstream defect 3) reaches another.
 
@@ -17,14 +17,32 @@ whose imports are done.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
+from dataclasses import dataclass
 
-__all__ = ["SERVES", "main", "serve", "warm"]
+from ..boundary.ops import Op
+
+__all__ = ["SERVE", "SERVES", "ServeParams", "main", "serve", "warm"]
 
 #: the modules a child may serve (each has a ``serve() -> int`` reading its requests on stdin)
-SERVES = ("fusion_core.run.upstream", "fusion_core.export.consumers", "fusion_core.adapter.consumers")
+SERVES = (
+    "fusion_core.run.upstream",
+    "fusion_core.export.consumers",
+    "fusion_core.adapter.consumers",
+    "fusion_core.coverage.worker",
+)
+
+
+@dataclass(frozen=True)
+class ServeParams:
+    """A child's first line: the module it serves (one of :data:`SERVES`)."""
+
+    module: str
+
+
+#: a child's first request (in :data:`fusion_core.host.ops.CHILD_OPS`, as every child's operation)
+SERVE: Op[ServeParams, None] = Op("child/serve", ServeParams, type(None))
 
 
 def warm() -> None:
@@ -58,7 +76,11 @@ def serve() -> int:
     line = sys.stdin.readline()
     if not line:
         return 0
-    target = json.loads(line).get("serve")
+    try:
+        target = SERVE.read_request(line).module
+    except ValueError as e:
+        sys.stderr.write(f"a child's first line names what it serves: {e}\n")
+        return 2
     if target not in SERVES:
         sys.stderr.write(f"a child serves one of {', '.join(SERVES)}, not {target!r:.80}\n")
         return 2

@@ -1,4 +1,4 @@
-"""Our child processes (upstream parity, export consumers), isolated from untrusted code.
+"""Our child processes (upstream parity, export and adapter consumers, coverage workers), isolated from untrusted code.
 
 A child is started with ``python -I`` (no ``PYTHON*`` variables, no user site, no script
 folder or working directory on ``sys.path``) from an empty temporary folder, and finds
@@ -97,8 +97,10 @@ class WarmChild:
         """Give the child the module it serves (once; see :data:`fusion_core.run.child.SERVES`)."""
         if self.module is not None:
             raise ValueError(f"this child already serves {self.module}")
+        from .child import SERVE, ServeParams
+
         self.module = module
-        self._write(json.dumps({"serve": module}))
+        self._write(SERVE.request_line(ServeParams(module)))
 
     def _write(self, line: str) -> None:
         assert self.proc.stdin is not None

@@ -2,10 +2,10 @@
 
 transformers (5.24.0 and later) can fuse at load time itself (``from_pretrained(...,
 fusion_config=...)``). Its registries are process-wide and never cleared (DESIGN.md,
-"Known upstream defects"), so it runs here in a **separate process**: this module, run as
-``python -m fusion_core.run.upstream``, reads one JSON request on stdin and writes one marked
-line on stdout: the plain form of its :class:`~fusion_core.run.results.UpstreamReport`
-(:mod:`fusion_core.boundary.convert`), which the parent reads back as that type. The worker loads the original model our way (never fused), captures the
+"Known upstream defects"), so it runs here in a **separate process**: an isolated child
+serving this module reads one request on stdin and writes one marked line on stdout, the
+:data:`UPSTREAM` operation (:class:`UpstreamParams` in, an
+:class:`~fusion_core.run.results.UpstreamReport` out), which both sides build and read. The worker loads the original model our way (never fused), captures the
 same synthetic inputs as the check, loads the upstream fused model, compares, and then
 loads the checkpoint plainly once more in the same process to see whether the upstream
 fusion leaked into it.
@@ -16,15 +16,14 @@ The result is information next to our check, never a failure of it.
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..boundary.convert import from_plain, to_plain
+from ..boundary.ops import Op
 from ..boundary.options import Workload
 from ..errors import one_line
 from .isolated import WarmChild, child_for, killed_by
@@ -35,8 +34,26 @@ if TYPE_CHECKING:
 
 AGREES, DIFFERS, NOT_FUSED, NOT_AVAILABLE = "agrees", "differs", "not fused upstream", "not available upstream"
 
-MARKER = "FUSION_UPSTREAM_RESULT "
 TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class UpstreamParams:
+    """What the upstream child is asked: load ``folder`` through transformers' own
+    ``fusion_config`` and compare with a plain load on the check's inputs."""
+
+    folder: str
+    model_class: str
+    fusion_config: dict[str, Any]
+    dtype: str
+    seed: int
+    paths: list[str]
+    trust_remote_code: bool = False
+    workload: Workload | None = None
+
+
+#: the upstream child's operation (in :data:`fusion_core.host.ops.CHILD_OPS`)
+UPSTREAM: Op[UpstreamParams, UpstreamReport] = Op("child/upstream", UpstreamParams, UpstreamReport)
 
 
 def upstream_knows(family: str) -> tuple[bool, str]:
@@ -67,7 +84,7 @@ def start_upstream(plan: FusionPlan | None = None, workload: Workload | None = N
         return None
     child = _spawn()
     if plan is not None and workload is not None:
-        child.send(json.dumps(_request(plan, workload)))
+        child.send(UPSTREAM.request_line(_request(plan, workload)))
     return child
 
 
@@ -129,43 +146,42 @@ def run_upstream(
     return report
 
 
-def _request(plan: FusionPlan, workload: Workload) -> dict[str, Any]:
+def _request(plan: FusionPlan, workload: Workload) -> UpstreamParams:
     """What the worker is asked: everything it needs to load, fuse and run the model of ``plan``."""
     known, _ = _known_families(plan)
     source = plan.source
     if source.checkpoint is not None:  # the child loads the folder itself: it must still hold what was validated
         source.checkpoint.verify()
-    return {
-        "folder": str(Path(source.folder).resolve()),  # the worker runs in a neutral directory
-        "model_class": source.model_class.__name__,
-        "fusion_config": {k: v for k, v in plan.fusion_config.items() if k in known},
-        "dtype": workload.dtype,
-        "seed": workload.seed,
-        "paths": [p for p, fam in plan.matched_paths.items() if fam in known],
-        "trust_remote_code": source.trust_remote_code,
-        "workload": to_plain(workload),
-    }
+    return UpstreamParams(
+        folder=str(Path(source.folder).resolve()),  # the worker runs in a neutral directory
+        model_class=source.model_class.__name__,
+        fusion_config={k: v for k, v in plan.fusion_config.items() if k in known},
+        dtype=workload.dtype,
+        seed=workload.seed,
+        paths=[p for p, fam in plan.matched_paths.items() if fam in known],
+        trust_remote_code=source.trust_remote_code,
+        workload=workload,
+    )
 
 
-def _run_worker(request: dict[str, Any], child: WarmChild) -> UpstreamReport:
+def _run_worker(request: UpstreamParams, child: WarmChild) -> UpstreamReport:
     """Hand ``request`` to the isolated worker (unless it was sent when the child started): its
     report, or one that says why there is none (``error``)."""
     try:
         if not child.sent:
-            child.send(json.dumps(request))
+            child.send(UPSTREAM.request_line(request))
         proc = child.finish(TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return UpstreamReport(available=True, error=f"the upstream worker took more than {TIMEOUT_S} s; stopped")
-    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith(MARKER)), None)
-    if line is None:
+    try:
+        report = UPSTREAM.find_answer(proc.stdout)
+    except ValueError as e:  # PlainDataError, JSONDecodeError
+        return UpstreamReport(available=True, error=f"the upstream worker's answer is not understood: {e}")
+    if report is None:
         tail = " ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
         ended = killed_by(proc.returncode) or f"exited with status {proc.returncode}"
         error = f"the upstream worker {ended} without a result: {tail}"
         return UpstreamReport(available=True, error=error)
-    try:
-        report = from_plain(UpstreamReport, json.loads(line[len(MARKER) :]))
-    except ValueError as e:  # PlainDataError, JSONDecodeError
-        return UpstreamReport(available=True, error=f"the upstream worker's answer is not understood: {e}")
     report.families = []  # the parent judges each family
     return report
 
@@ -238,7 +254,7 @@ def summarize(r: UpstreamReport) -> str:
 # -- the worker (runs in the child process) ---------------------------------------------
 
 
-def _worker(request: dict[str, Any]) -> UpstreamReport:
+def _worker(request: UpstreamParams) -> UpstreamReport:
     import gc
 
     import torch
@@ -250,14 +266,14 @@ def _worker(request: dict[str, Any]) -> UpstreamReport:
     from .results import compare, main_output
 
     out = UpstreamReport(available=True, ran=True)
-    src = resolve(request["folder"], model_class=request["model_class"], trust_remote_code=request["trust_remote_code"])
-    dtype = torch_dtype(request["dtype"])
-    paths = request["paths"]
-    workload = from_plain(Workload, request["workload"]) if request.get("workload") else None
+    src = resolve(request.folder, model_class=request.model_class, trust_remote_code=request.trust_remote_code)
+    dtype = torch_dtype(request.dtype)
+    paths = request.paths
+    workload = request.workload
     if workload is not None:
         workload = replace(workload, device="cpu")
     original = load_original(as_plan(src), dtype=dtype)  # the checkpoint's own layout, read as the original
-    inputs, _captured, out_original = capture_and_run(original, paths, request["seed"], "cpu", workload)
+    inputs, _captured, out_original = capture_and_run(original, paths, request.seed, "cpu", workload)
     _, reference = main_output(out_original)
     original_classes = {p: type(original.get_submodule(p)).__name__ for p in paths}
     del original, _captured, out_original  # one model at a time in this process too (issue 35)
@@ -265,7 +281,7 @@ def _worker(request: dict[str, Any]) -> UpstreamReport:
     loader, _note = weights_loader(src.model_class)
     kwargs = {"config": plain_config(src.config), "dtype": dtype, "output_loading_info": True}
     try:
-        model, info = loader(request["folder"], fusion_config=request["fusion_config"], **kwargs)
+        model, info = loader(request.folder, fusion_config=request.fusion_config, **kwargs)
     except Exception as e:
         out.error = f"from_pretrained(fusion_config=...) fails: {one_line(e, first=True, named=True, limit=300)}"
         return out
@@ -282,14 +298,14 @@ def _worker(request: dict[str, Any]) -> UpstreamReport:
             f"the upstream fused model fails on the check's inputs: {one_line(e, first=True, named=True, limit=300)}"
         )
         return out
-    comparison = compare(reference, fused_out, request["dtype"])
+    comparison = compare(reference, fused_out, request.dtype)
     out.max_abs_diff = comparison.max_abs_diff
     out.within_tolerance = comparison.passed
     del model, entry, fused_out
     gc.collect()
     # the leak: a plain load of the same checkpoint, same process, after the fused one
     try:
-        plain, _info = loader(request["folder"], **kwargs)
+        plain, _info = loader(request.folder, **kwargs)
         classes = {p: type(plain.get_submodule(p)).__name__ for p in paths}
         still = [f"{p} is {c}" for p, c in classes.items() if c != original_classes[p]]
         out.leak = bool(still)
@@ -305,18 +321,17 @@ def _worker(request: dict[str, Any]) -> UpstreamReport:
 
 
 def serve() -> int:
-    """The worker, in a child of :mod:`fusion_core.run.child`: one JSON request on stdin, one
-    marked line on stdout (the report's plain form)."""
+    """The worker, in a child of :mod:`fusion_core.run.child`: one ``child/upstream`` request on
+    stdin, its answer on stdout (the report)."""
     line = sys.stdin.readline()
     if not line:  # the parent gave up (an error, a cancel)
         return 0
-    request = json.loads(line)
     try:
-        result = _worker(request)
+        result = _worker(UPSTREAM.read_request(line))
     except Exception as e:  # report, never a traceback on stdout
         result = UpstreamReport(
             available=True, error=f"the worker failed: {one_line(e, first=True, named=True, limit=300)}"
         )
-    sys.stdout.write(MARKER + json.dumps(to_plain(result)) + "\n")
+    sys.stdout.write("\n" + UPSTREAM.answer_line(result) + "\n")
     sys.stdout.flush()
     return 0

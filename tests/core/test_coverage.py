@@ -171,5 +171,22 @@ def test_workers_that_cannot_start_end_the_scan_with_a_message(monkeypatch):
     from fusion_core import FusionError
 
     monkeypatch.setattr(coverage_pool, "_fault_hook", "no_such_module_here:inject")
-    with pytest.raises(FusionError, match="could not start"):
+    with pytest.raises(FusionError, match=r"could not start .*no_such_module_here"):  # the worker's own words
         drive(coverage_scan(["patch_embeddings"], 1, ["llama"]))
+
+
+def test_workers_are_isolated_children_forked_from_the_zygote(monkeypatch, tmp_path):
+    """A coverage worker starts as every other child of ours: ``python -I`` from an empty folder,
+    forked from the test worker's zygote (tests/conftest.py turns it on), speaking JSON lines."""
+    from _coverage_faults import HOOK, WHERE
+
+    from fusion_core.run import isolated
+
+    monkeypatch.setattr(coverage_pool, "_fault_hook", HOOK)  # reaches the child in its start request
+    monkeypatch.setenv(WHERE, str(tmp_path / "where.jsonl"))
+    report = drive(coverage_scan(["patch_embeddings"], 2, ["llama", "vit"]))
+    assert all(r.ok for r in report.results)
+    seen = [json.loads(line) for line in (tmp_path / "where.jsonl").read_text().splitlines()]
+    assert sorted(s["type"] for s in seen) == ["llama", "vit"]
+    assert all(s["isolated"] == 1 and "fusion-coverage-" in s["cwd"] for s in seen)
+    assert {s["ppid"] for s in seen} <= {z.proc.pid for z in isolated._zygotes}

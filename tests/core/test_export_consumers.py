@@ -268,9 +268,9 @@ def test_forced_bfloat16_comparison_loads_exactly_and_says_so(tiny, tmp_path: Pa
     assert tolerance.endswith(f") ({note})")
     assert answer.outputs["passed"]
     # what the child does, here: the source is run in bfloat16 (its outputs are the reference)
-    from fusion_core.export.consumers import _prepare
+    from fusion_core.export.consumers import ConsumersSourceParams, _prepare
 
-    first = {"source": str(src), "paths": paths, "trust_remote_code": False, "dtype": "bfloat16"}
+    first = ConsumersSourceParams(str(src), paths, dtype="bfloat16")
     _cls, runs, _trust, comparison = _prepare(first)
     assert comparison.dtype == "bfloat16" and runs
     assert {t.dtype for r in runs for t in r.outputs.values()} == {torch.bfloat16}

@@ -9,6 +9,7 @@ cannot be used (errors, never a pass on synthetic inputs).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -190,10 +191,10 @@ def test_nothing_to_run_is_not_loads_exactly(llama_dir: Path, tmp_path: Path) ->
     from transformers import LlamaForCausalLM
 
     from fusion_core import export
-    from fusion_core.export.consumers import LOADS_NOT_COMPARED, _probe, comparison_dtype
+    from fusion_core.export.consumers import LOADS_NOT_COMPARED, ConsumersTryParams, _probe, comparison_dtype
 
     export(llama_dir, tmp_path / "out", {"qkv": True}, verify_outputs=False)
-    spec = {"written": str(tmp_path / "out"), "shown_as": str(tmp_path / "out")}
+    spec = ConsumersTryParams(str(tmp_path / "out"), str(tmp_path / "out"))
     answer = _probe((LlamaForCausalLM, [], False, comparison_dtype(llama_dir)), spec)
     ours = answer.consumers[0]
     assert ours.status == LOADS_NOT_COMPARED == "loads, outputs not compared" and ours.compared == ""
@@ -208,30 +209,39 @@ def test_the_output_check_is_our_loaders_comparison_in_the_consumers_child(llama
     import torch
 
     from fusion_core import ExportError
-    from fusion_core.export.consumers import LOADS_EXACTLY, LOADS_WRONG, REFUSES, _prepare, _probe
+    from fusion_core.export.consumers import (
+        LOADS_EXACTLY,
+        LOADS_WRONG,
+        REFUSES,
+        ConsumersSourceParams,
+        ConsumersTryParams,
+        _prepare,
+        _probe,
+    )
     from fusion_core.export.pipeline import _require_outputs as require_outputs
     from fusion_core.export.result import Consumer
 
-    prepared = _prepare({"source": str(llama_dir), "paths": [], "trust_remote_code": False})
+    prepared = _prepare(ConsumersSourceParams(str(llama_dir), []))
     runs = prepared[1]  # (model class, runs with their reference outputs, trust)
     name = next(iter(runs[0].outputs))
-    spec = {"written": str(llama_dir), "shown_as": str(llama_dir)}
-    same = _probe(prepared, {**spec, "exact": True})
+    spec = ConsumersTryParams(str(llama_dir), str(llama_dir))
+    exact = dataclasses.replace(spec, exact=True)
+    same = _probe(prepared, exact)
     assert same.outputs["passed"] and same.outputs["tolerance"] == "exact" and same.outputs["max_abs_diff"] == 0.0
     assert require_outputs(same.outputs, same.consumers[0]) is same.outputs
 
     reference = runs[0].outputs[name]
     runs[0].outputs[name] = torch.nextafter(reference, reference + 1)  # one float32 step away
-    near = _probe(prepared, {**spec, "exact": True})
+    near = _probe(prepared, exact)
     assert near.outputs["passed"] is False and near.consumers[0].status == LOADS_WRONG
     with pytest.raises(ExportError, match=r"outputs differ from the source model's \(.*logits.*; tolerance exact\)"):
         require_outputs(near.outputs, near.consumers[0])
-    tolerated = _probe(prepared, {**spec, "exact": False})  # a fused export: within float32 rounding
+    tolerated = _probe(prepared, spec)  # a fused export: within float32 rounding
     assert tolerated.outputs["passed"] and tolerated.consumers[0].status == LOADS_EXACTLY
     assert 0 < tolerated.outputs["max_abs_diff"] < 1e-5
 
     runs[0].outputs[name] = reference * 1.01
-    far = _probe(prepared, {**spec, "exact": False})
+    far = _probe(prepared, spec)
     assert far.outputs["passed"] is False and "differs" in far.outputs
     with pytest.raises(ExportError, match="outputs differ"):
         require_outputs(far.outputs, far.consumers[0])
