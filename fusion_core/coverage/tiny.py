@@ -355,6 +355,9 @@ def _all_dicts(d: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+UNSET_WINDOW = 4096  # a default config's unset sliding window, in its tiny config (wider than any check's input)
+
+
 def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DIM) -> dict[str, Any]:
     """The plain config ``data`` shrunk (a new dict; see the module docstring).
 
@@ -378,7 +381,14 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
         for sub, own in zip(dicts, cuts, strict=True):
             _feature_layers(sub, cut[old], old, bool(own))
     _pixel_shuffle_grid(dicts)
+    for sub in dicts:
+        if "sliding_window" in sub and sub["sliding_window"] is None and "layer_types" in sub:
+            # a window the code reads whatever the layer types (Step3.7 builds a sliding mask for
+            # every config) and the default leaves unset: wider than any input, so no layer's
+            # attention changes
+            sub["sliding_window"] = UNSET_WINDOW
     if not width:
+        _pooled_grid(dicts)
         return d
     widths: dict[int, int] = {}
     plans = [_plan_width(sub, widths, head_size) for sub in dicts]
@@ -401,7 +411,33 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
         if not plan:
             _channels(sub)
     _vocab(d)
+    _pooled_grid(_all_dicts(d))
     return d
+
+
+def _pooled_grid(dicts: list[dict[str, Any]]) -> None:
+    """A projector that pools the patch grid to ``mm_tokens_per_image`` tokens needs a token grid
+    that divides the patch grid (Gemma 3 pools 64 x 64 patches to 16 x 16 tokens; its default
+    config's tower has 14 x 14 patches, so its pooling kernel is 0): the token side becomes the largest
+    divisor of the patch side at most the old one, pooling at least 2 x 2 where the grid allows."""
+    import math
+
+    for sub in dicts:
+        tokens = sub.get("mm_tokens_per_image")
+        if not _int(tokens) or tokens < 1 or math.isqrt(tokens) ** 2 != tokens:
+            continue
+        side = math.isqrt(tokens)
+        for target in (sub, *(v for v in sub.values() if isinstance(v, dict))):
+            size, patch = target.get("image_size"), target.get("patch_size")
+            if not (_int(size) and _int(patch) and patch > 0 and size >= patch):
+                continue
+            grid = size // patch
+            if side <= grid and grid % side == 0:
+                break
+            fits = [t for t in range(1, min(side, grid) + 1) if grid % t == 0]
+            pooled = [t for t in fits if grid // t >= 2]
+            sub["mm_tokens_per_image"] = (pooled or fits)[-1] ** 2
+            break
 
 
 def _pixel_shuffle_grid(dicts: list[dict[str, Any]]) -> None:

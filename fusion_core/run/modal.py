@@ -62,8 +62,16 @@ def modality_keys(params: Any) -> dict[str, tuple[str, ...]]:
 
 
 def taken_modalities(entry: nn.Module) -> list[str]:
-    """The media ``entry``'s forward takes, in the order image, video, audio."""
-    return list(modality_keys(inspect.signature(entry.forward).parameters))
+    """The media ``entry``'s forward takes, in the order image, video, audio; a medium whose tower
+    the config leaves out (``vision_config`` / ``audio_config`` None: EmbeddingGemma 2's forward
+    takes pixels, its default config has no vision tower) is not taken."""
+    config = getattr(entry, "config", None)
+    absent = {
+        kind
+        for kind, key in (("image", "vision_config"), ("video", "vision_config"), ("audio", "audio_config"))
+        if config is not None and key in vars(config) and vars(config)[key] is None
+    }
+    return [k for k in modality_keys(inspect.signature(entry.forward).parameters) if k not in absent]
 
 
 def _entry(model: nn.Module, paths: list[str]) -> tuple[str, nn.Module]:
@@ -184,7 +192,7 @@ def _processed(
     else:  # a vision tower alone: its image processor
         out = proc(**{("images" if arg == "images" else arg): items}, return_tensors="pt")
     kept: dict[str, Any] = {}
-    for key, value in dict(out).items():
+    for key, value in _as_taken(dict(out), params).items():
         if key in params and isinstance(value, torch.Tensor):
             kept[key] = value.to(dtype) if value.is_floating_point() and dtype is not None else value
     text_keys = ("input_ids", "mm_token_type_ids", "token_type_ids", "attention_mask")
@@ -207,6 +215,23 @@ def _processed(
     if own_tokens:
         inputs.notes.append(own_tokens)
     return inputs
+
+
+def _as_taken(out: dict[str, Any], params: Any) -> dict[str, Any]:
+    """A processor's outputs under the names the forward takes: a medium the forward takes under
+    one name that the processor wrote under another (Video-LLaVA's processor writes
+    ``pixel_values_images``, its model takes ``pixel_values``) is renamed."""
+    taken = modality_keys(params)
+    renamed = dict(out)
+    for key in out:
+        kind = key_modality(key)
+        if kind is None or key in params:
+            continue
+        free = [k for k in taken.get(kind, ()) if k not in out]
+        same = [k for k in out if key_modality(k) == kind and k not in params]
+        if len(free) == 1 and len(same) == 1:
+            renamed[free[0]] = renamed.pop(key)
+    return renamed
 
 
 def _own_placeholders(proc: Any, kind: str, prompt: str, n: int, kwargs: dict[str, Any], error: Exception) -> Any:
@@ -371,6 +396,13 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
                 group.candidates.append(made)
             except Exception as e:  # no image processor either: inputs from the config
                 why = one_line(e, first=True, named=True, limit=200)
+                if not user and not group.candidates:
+                    try:  # pictures of the tower's size, as many image tokens as the model makes features
+                        made = _counted_clip(model, paths, config, params, dtype, workload, label, "image")
+                        made.notes[0] += f" (no processor: {proc_note}; image processor: {why})"
+                        group.candidates.append(made)
+                    except Exception as e2:
+                        why += f"; none from the config either ({one_line(e2, first=True, named=True, limit=150)})"
                 if user and not group.candidates:
                     raise CheckError(
                         f"image: no processor ({proc_note}), and its image processor failed ({why})"
@@ -389,6 +421,13 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
             group.candidates += [
                 c for c in fallback if _label(c).split("+")[0] == m.kind or (clips and _label(c).startswith("video"))
             ]
+            if m.kind == "video" and "input_ids" in params and not group.candidates:
+                try:  # a clip of the vision tower's size, as many video tokens as the model makes features
+                    group.candidates.append(
+                        _counted_clip(model, paths, config, params, dtype, workload, label, "video")
+                    )
+                except Exception as e:
+                    group.notes.append(f"{label}: none from the config ({one_line(e, first=True, named=True)})")
             if m.kind == "audio" and "input_ids" in params:
                 try:  # audio features of the encoder's shape, as many audio tokens as the model makes features
                     group.candidates.append(_counted_audio(model, paths, config, params, dtype, workload, label))
@@ -492,7 +531,7 @@ def _counted(
     n = max(1, workload.batch)
     items = media.items * n if media.source == "synthetic" else media.items
     out = image_proc(images=items, return_tensors="pt")
-    kept = {k: v for k, v in dict(out).items() if k in params and isinstance(v, torch.Tensor)}
+    kept = {k: v for k, v in _as_taken(dict(out), params).items() if k in params and isinstance(v, torch.Tensor)}
     for key, value in kept.items():
         if value.is_floating_point() and dtype is not None:
             kept[key] = value.to(dtype)
@@ -578,6 +617,78 @@ def _counted_audio(
         FedInput(label, "text", n, f"{len(ids)} tokens", "synthetic"),
     ]
     note = f"{label}: {made.notes[0]}; as many audio tokens as its audio features"
+    return ModelInputs(entry_path, kept, label, [note], fed=fed)
+
+
+def _counted_clip(
+    model: nn.Module, paths: list[str], config: Any, params: dict, dtype: Any, workload: Workload, label: str,
+    kind: str,
+) -> ModelInputs:  # fmt: skip
+    """Pixels made from the config (``kind`` "image": pictures of the vision tower's image size;
+    "video": a clip of them, in the layout the model's ``get_video_features`` takes) and text
+    with one image or video token per feature the model makes, for a model whose processor
+    cannot be built here (transformers' video processors, and some models' only image
+    processor, need torchvision: LLaVA-NeXT-Video, Cohere2-Vision)."""
+    import torch
+
+    from ..families._sample_inputs import config_value
+    from ..model.limits import MAX_INPUT_FRAMES, MAX_INPUT_SIDE
+    from .inputs import _generator, _text_ids
+
+    token_id = config_value(config, f"{kind}_token_id", f"{kind}_token_index")
+    if not isinstance(token_id, int) or isinstance(token_id, bool):
+        raise CheckError(f"the config names no {kind} token")
+    keys = [k for k in params if key_modality(k) == kind]
+    if not keys:
+        raise CheckError(f"{type(model).__name__}'s forward takes no {kind}")
+    entry_path, entry = _entry(model, paths)
+    features_of = _features(entry, kind)
+    taken = list(inspect.signature(features_of).parameters)
+    arg = next((k for k in taken if key_modality(k) == kind), keys[0])  # its own name for the pixels
+    vision = getattr(config, "vision_config", None) or config
+    side = config_value(vision, "image_size")
+    side = side[0] if isinstance(side, (list, tuple)) and side else side
+    side = workload.image_size or (min(int(side), MAX_INPUT_SIDE) if _number(side) else DEFAULT_GRID_IMAGE_SIZE)
+    channels = config_value(vision, "num_channels")
+    channels = int(channels) if _number(channels) else 3
+    frames = config_value(config, "num_frames")
+    frames = workload.frames or (min(int(frames), MAX_INPUT_FRAMES) if _number(frames) else DEFAULT_FRAMES)
+    n = max(1, workload.batch)
+    if kind == "image":
+        shapes: tuple[tuple[int, ...], ...] = ((n, channels, side, side),)
+        size = f"{side}x{side} px"
+    else:
+        shapes = ((n, frames, channels, side, side), (n, channels, frames, side, side))
+        size = f"{frames} frames of {side}x{side} px"
+    gen = _generator(workload.seed)
+    tried: list[str] = []
+    for shape in shapes:
+        pixels = torch.randn(shape, generator=gen).to(dtype if dtype is not None else torch.float32)
+        try:
+            with torch.inference_mode():
+                count = _rows(features_of(**{arg: pixels}))
+        except Exception as e:
+            tried.append(one_line(e, first=True, named=True, limit=150))
+            continue
+        break
+    else:
+        raise CheckError(f"get_{kind}_features takes no pixels made from the config ({'; '.join(tried[:2])})")
+    text = _text_ids(config, max(4, workload.seq_len or 8), gen)
+    ids = [token_id] * (count // n) + text
+    kept: dict[str, Any] = {keys[0]: pixels, "input_ids": torch.tensor([ids] * n)}
+    if "attention_mask" in params:
+        kept["attention_mask"] = torch.ones_like(kept["input_ids"])
+    if "mm_token_type_ids" in params:
+        kept["mm_token_type_ids"] = (kept["input_ids"] == token_id).to(torch.int32) * (1 if kind == "image" else 2)
+    if "use_cache" in params:
+        kept["use_cache"] = False
+    if "return_dict" in params:
+        kept["return_dict"] = True
+    fed = [
+        FedInput(label, kind, n, size, "synthetic"),
+        FedInput(label, "text", n, f"{len(ids)} tokens", "synthetic"),
+    ]
+    note = f"{label}: {kind} of {size} made from the config; as many {kind} tokens as its {kind} features"
     return ModelInputs(entry_path, kept, label, [note], fed=fed)
 
 

@@ -120,6 +120,34 @@ def test_a_pixel_shuffle_gets_a_patch_grid_it_divides() -> None:
     assert Idefics3Config().vision_config.image_size == 224  # the default still has the odd grid
 
 
+def test_a_pooling_projector_gets_a_token_grid_the_patch_grid_divides() -> None:
+    """Gemma 3 pools 64 x 64 patches to 16 x 16 tokens; its default config's tower has 224 / 16 =
+    14 patches a side, so 256 tokens make a pooling kernel of 0 (no image runs on stock
+    transformers): every tiny config pools 14 to 7 a side (49 tokens), and a grid that already
+    divides is left as it is."""
+    from transformers import Gemma3Config
+
+    for how, config in tiny_configs("gemma3"):
+        grid = config.vision_config.image_size // config.vision_config.patch_size
+        side = round(config.mm_tokens_per_image**0.5)
+        assert side**2 == config.mm_tokens_per_image and grid % side == 0 and grid // side >= 2, how
+    assert next(tiny_configs("gemma3"))[1].mm_tokens_per_image == 49
+    kept = shrink({"mm_tokens_per_image": 16, "vision_config": {"image_size": 64, "patch_size": 8}}, width=False)
+    assert kept["mm_tokens_per_image"] == 16  # 8 patches a side pooled to 4
+    assert Gemma3Config().mm_tokens_per_image == 256
+
+
+def test_an_unset_sliding_window_the_layers_name_is_set_wider_than_any_input() -> None:
+    """Step3.7 builds a sliding-window mask for every config, and its default leaves the window
+    unset (no input runs on stock transformers): the tiny config sets one no input reaches."""
+    from fusion_core.coverage.tiny import UNSET_WINDOW
+
+    config = next(tiny_configs("step3p7"))[1]
+    assert config.text_config.sliding_window == UNSET_WINDOW
+    assert shrink({"sliding_window": None}, width=False)["sliding_window"] is None  # no layer types: as it was
+    assert shrink({"sliding_window": 8, "layer_types": ["full_attention"]}, width=False)["sliding_window"] == 8
+
+
 def test_rotary_sections_the_code_defaults_are_fitted_to_the_head() -> None:
     """GLM-4V's code defaults its sections to [8, 12, 12] (32 frequencies: a head of 128, half
     rotated) while its default config rotates whole heads: the tiny model's rotary module makes
@@ -170,6 +198,51 @@ def test_a_tiny_model_that_runs_nothing_unfused_is_not_built_not_failed() -> Non
     assert result["status"] == NOT_BUILT
     assert result["reason"].startswith("the tiny model runs on no input made for it, unfused included (LwDetrModel: ")
     assert "torch.cat(): expected a non-empty list of Tensors" in result["reason"]
+
+
+@pytest.mark.parametrize(
+    ("model_type", "kinds", "made"),
+    [
+        # a video processor needs torchvision: a clip of the tower's size, as many video tokens as features
+        ("llava_next_video", ["image", "text", "video"], "video+text: video of 4 frames of"),
+        # the only image processor needs torchvision: pictures of the tower's size
+        ("cohere2_vision", ["image", "text"], "image+text: image of 512x512 px made from the config"),
+        # the processor writes ``pixel_values_images``, the model takes ``pixel_values``
+        ("video_llava", ["image", "text", "video"], "image+text: synthetic image (224x224 px) through"),
+    ],
+)
+def test_media_a_processor_cannot_make_here_are_made_from_the_config(model_type, kinds, made, tmp_path) -> None:
+    """Each run is named by what it fed, and says how its inputs were made; the status is the
+    coverage command's own classification of that result."""
+    from fusion_core.api import check
+    from fusion_core.coverage.checked import classify
+    from fusion_core.plan.fusion_plan import inspect_model
+
+    _, _, model = _built(model_type)
+    model.save_pretrained(tmp_path)
+    ins = inspect_model(str(tmp_path))
+    families = [f for f in ("patch_embeddings_2d", "qkv", "gate_up") if ins.discovery(f).matches]
+    result = check(ins.plan(dict.fromkeys(families, True)), upstream=False, repeats=1, time_budget=0, threads=1)
+    row = classify(model_type, result, families)
+    assert row["status"] == VERIFIED, row["reason"]
+    assert row["input_kinds"] == kinds
+    assert any(n.startswith(made) for n in result.end_to_end.notes), result.end_to_end.notes
+
+
+def test_a_medium_whose_tower_the_config_leaves_out_is_not_taken() -> None:
+    """EmbeddingGemma 2's forward takes pixels and audio, its default config has neither tower
+    (``vision_config`` / ``audio_config`` None): the check runs text, with no "not run" line
+    for media the model cannot take."""
+    import inspect
+
+    from fusion_core.run.modal import modality_keys, taken_modalities
+
+    _, config, model = _built("embedding_gemma2")
+    assert config.vision_config is None and config.audio_config is None
+    assert set(modality_keys(inspect.signature(model.forward).parameters)) >= {"image", "audio"}
+    assert taken_modalities(model) == []
+    _, _, gemma3 = _built("gemma3")
+    assert taken_modalities(gemma3) == ["image"]
 
 
 def test_a_wrong_fusion_is_failed_with_the_module_named() -> None:
