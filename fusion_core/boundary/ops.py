@@ -2,7 +2,8 @@
 
 The engine process's operations (the window's, :mod:`fusion_core.host.ops`) and our
 isolated children's (:mod:`fusion_core.run.child`: upstream parity, the export's and the
-adapter's consumers, the coverage workers) are :class:`Op` entries, gathered in one table
+adapter's consumers, the coverage workers; and the zygote that forks them,
+:mod:`fusion_core.run.zygote`) are :class:`Op` entries, gathered in one table
 (:data:`fusion_core.host.ops.OPS` and :data:`fusion_core.host.ops.CHILD_OPS`). Params and
 results cross as the one converter's plain data (:mod:`fusion_core.boundary.convert`) and
 are rebuilt as their own types on the other side.
@@ -13,7 +14,8 @@ those below it) and speaks lines on the child's standard streams: a request is o
 dataclass (JSON-RPC 2.0 in shape, as the window's requests); an answer, or a notification
 the child sends (the type it starts, what it loads), is a line marked :data:`CHILD_MARK`
 that :meth:`Op.answer_line` writes, found among whatever else the child printed by
-:meth:`Op.find_answer` or :func:`read_child_line`.
+:meth:`Op.find_answer` or :func:`read_child_line`. The zygote speaks the same lines, one
+per datagram on its socket.
 
 Importing this module imports neither torch nor transformers.
 """

@@ -16,9 +16,10 @@ handler in :class:`.worker.Host`; the window calls it by the entry.
 
 Our isolated children (:mod:`fusion_core.run.child`: upstream parity, the export's and the
 adapter's consumers, the coverage workers) are asked and answer by the same kind of entry
-(:class:`~fusion_core.boundary.ops.Op`, lines on their standard streams), declared next to
-the code that serves them (a layer imports only those below it, and this one is the top)
-and gathered here in :data:`CHILD_OPS`.
+(:class:`~fusion_core.boundary.ops.Op`, lines on their standard streams), and so is the
+zygote that forks them (:mod:`fusion_core.run.zygote`: its fork requests and what it says
+back, datagrams on a socket); each is declared next to the code that serves it (a layer
+imports only those below it, and this one is the top) and gathered here in :data:`CHILD_OPS`.
 
 Importing this module imports neither torch nor transformers (the window imports it).
 """
@@ -39,7 +40,7 @@ from ..export.result import Consumer, ExportResult
 from ..plan.diff import PlanDiff
 from ..plan.plan_data import PlanData
 from ..plan.view import InspectionView, view_from_data
-from ..run import child, upstream
+from ..run import child, upstream, zygote
 from ..run.results import CheckResult
 
 __all__ = ["CHILD_MARK", "CHILD_OPS", "OPS", "Op", "read_child_line"]
@@ -205,7 +206,7 @@ OPS.update({op.name: op for op in (SAVE_PLAN, READ_PLAN)})  # plan files (fusion
 
 
 # our isolated children's operations, each declared where it is served ---------------------
-#: every child operation, by name: requests, answers, and what children say on the way
+#: every child operation, by name: requests, answers, and what children (and the zygote) say on the way
 CHILD_OPS: dict[str, Op[Any, Any]] = {
     op.name: op
     for op in (
@@ -219,5 +220,8 @@ CHILD_OPS: dict[str, Op[Any, Any]] = {
         coverage_worker.COVERAGE_START,
         coverage_worker.COVERAGE_STARTED,
         coverage_worker.COVERAGE_CHUNK,
+        zygote.ZYGOTE_FORK,
+        zygote.ZYGOTE_REFUSED,
+        zygote.ZYGOTE_EXITED,
     )
 }

@@ -8,7 +8,6 @@ folder or in the user's working directory is never imported (DESIGN.md, Security
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -21,6 +20,8 @@ import time
 from collections import deque
 from pathlib import Path
 from typing import IO
+
+from .zygote import ZYGOTE_FORK, ZygoteExited, ZygoteFork, ZygoteForked, read_answer
 
 __all__ = [
     "WarmChild",
@@ -248,11 +249,13 @@ def _zygote_for(env: dict[str, str]) -> _Zygote | None:
 class _Zygote:
     """Our end of a zygote (see :mod:`fusion_core.run.zygote` for what it is and its protocol)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], argv: list[str] | None = None) -> None:
+        """Start a zygote for children with ``env`` (``argv``: another program that speaks its protocol)."""
         self.env = dict(env)
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._folder = tempfile.TemporaryDirectory(prefix="fusion-zygote-")
-        argv, _ = isolated_command("fusion_core.run.zygote")
+        if argv is None:
+            argv, _ = isolated_command("fusion_core.run.zygote")
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -284,7 +287,7 @@ class _Zygote:
             if self.alive():
                 self._pending.append(child)
                 try:
-                    request = json.dumps({"cwd": cwd, "env": env}).encode()
+                    request = ZYGOTE_FORK.request_line(ZygoteFork(cwd, env)).encode()
                     socket.send_fds(self._sock, [request], child.theirs)
                     return child
                 except OSError:
@@ -293,31 +296,40 @@ class _Zygote:
         return child
 
     def _read(self) -> None:
+        """Hand the zygote's answers to their children; when it ends (or says what we cannot
+        read: then it is killed), start the requests it never answered ourselves and let its
+        children's pipes say when they end."""
         try:
             while True:
                 data = self._sock.recv(65536)
                 if not data:
                     break
-                message = json.loads(data)
-                if "pid" in message:
-                    with self._lock:
-                        child = self._pending.popleft()
-                    self._children[message["pid"]] = child
-                    child.forked(int(message["pid"]))
-                elif "exit" in message:
-                    ended = self._children.pop(int(message["exit"]), None)
+                said = read_answer(data)
+                if isinstance(said, ZygoteExited):
+                    ended = self._children.pop(said.pid, None)
                     if ended is not None:
-                        ended.exited(int(message["code"]))
-        except (OSError, ValueError, IndexError):
-            pass
-        with self._lock:
-            self._ended.set()
-            unforked = list(self._pending)
-            self._pending.clear()
-        for child in unforked:  # asked for and never forked: children of our own
-            child.start_plain()
-        for child in list(self._children.values()):  # forked, and now nobody reports their end
-            child.orphaned()
+                        ended.exited(said.code)
+                    continue
+                with self._lock:
+                    child = self._pending.popleft()  # answers come in the order asked
+                if isinstance(said, ZygoteForked):
+                    self._children[said.pid] = child
+                    child.forked(said.pid)
+                else:
+                    log.debug("the zygote did not fork a child: %s", said.error)
+                    child.start_plain()
+        except (OSError, ValueError, IndexError) as e:  # a message we cannot read, or one too many
+            log.debug("the zygote's answers end: %s", e)
+            self.proc.kill()  # so it forks none of the requests that we now start ourselves
+        finally:
+            with self._lock:
+                self._ended.set()
+                unforked = list(self._pending)
+                self._pending.clear()
+            for child in unforked:  # asked for and never forked: children of our own
+                child.start_plain()
+            for child in list(self._children.values()):  # forked, and now nobody reports their end
+                child.orphaned()
 
     def close(self) -> None:
         try:

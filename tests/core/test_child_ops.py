@@ -1,8 +1,10 @@
-"""Our isolated children are asked and answer by entries of the operation table (host/ops.py's
-CHILD_OPS, each declared where it is served): each request and answer crosses as its own type,
-built and read by the same declaration."""
+"""Our isolated children (and the zygote that forks them) are asked and answer by entries of the
+operation table (host/ops.py's CHILD_OPS, each declared where it is served): each request and
+answer crosses as its own type, built and read by the same declaration."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -14,7 +16,7 @@ from fusion_core.coverage import worker
 from fusion_core.export import consumers as export
 from fusion_core.export.result import Consumer, ConsumersAnswer
 from fusion_core.host import ops
-from fusion_core.run import child, upstream
+from fusion_core.run import child, upstream, zygote
 from fusion_core.run.results import UpstreamReport
 
 REQUESTS = {
@@ -30,6 +32,9 @@ REQUESTS = {
     worker.COVERAGE_START: worker.CoverageStartParams(["/f.py"], True, "mod:fn", "/mod.py"),
     worker.COVERAGE_STARTED: worker.CoverageStarted("llama", 12.5),
     worker.COVERAGE_CHUNK: worker.CoverageChunkParams(["llama", "llama4"], ["qkv"], 30.0, "check"),
+    zygote.ZYGOTE_FORK: zygote.ZygoteFork("/tmp/fusion-child-x", {"PATH": "/bin", "MARK": "a b\n=c"}),
+    zygote.ZYGOTE_REFUSED: zygote.ZygoteRefused("ValueError: not a fork request"),
+    zygote.ZYGOTE_EXITED: zygote.ZygoteExited(4321, -9),
 }
 ANSWERS = {
     child.SERVE: None,
@@ -42,11 +47,18 @@ ANSWERS = {
     worker.COVERAGE_START: 1234,
     worker.COVERAGE_STARTED: worker.CoverageStarted("vit", 1.0),
     worker.COVERAGE_CHUNK: [{"model_type": "llama", "status": "ok", "families": {"qkv": {"matches": []}}}],
+    zygote.ZYGOTE_FORK: zygote.ZygoteForked(4321),
+    zygote.ZYGOTE_REFUSED: zygote.ZygoteRefused("OSError: fork failed"),
+    zygote.ZYGOTE_EXITED: zygote.ZygoteExited(4321, 3),
 }
+#: the modules that declare child operations: every Op they hold is in the table
+DECLARING = (child, upstream, export, adapter, worker, zygote)
 
 
 def test_every_child_op_is_in_the_table_and_none_is_the_windows() -> None:
     assert set(ops.CHILD_OPS.values()) == set(REQUESTS) == set(ANSWERS)
+    declared = {v for module in DECLARING for v in vars(module).values() if isinstance(v, Op)}
+    assert declared == set(ops.CHILD_OPS.values())
     assert not set(ops.CHILD_OPS) & set(ops.OPS)
     assert all(name.startswith("child/") for name in ops.CHILD_OPS)
 
@@ -70,3 +82,19 @@ def test_another_ops_lines_are_not_an_answer_nor_a_request() -> None:
         upstream.UPSTREAM.read_request(child.SERVE.request_line(child.ServeParams("m")))
     with pytest.raises(ValueError):  # the shape is checked, not only the name
         worker.COVERAGE_STARTED.find_answer(CHILD_MARK + '{"method": "child/coverage_started", "result": {}}')
+
+
+@pytest.mark.parametrize(
+    "op", [zygote.ZYGOTE_FORK, zygote.ZYGOTE_REFUSED, zygote.ZYGOTE_EXITED], ids=lambda op: op.name
+)
+def test_the_zygotes_answers_are_read_as_their_types_and_nothing_else_is(op: Op) -> None:
+    assert zygote.read_answer(op.answer_line(ANSWERS[op]).encode()) == ANSWERS[op]
+    for other in (
+        b"hello",
+        b"\xff",
+        child.SERVE.answer_line(None).encode(),  # a declared answer, but not the zygote's
+        zygote.ZYGOTE_FORK.request_line(REQUESTS[zygote.ZYGOTE_FORK]).encode(),  # a request, not an answer
+        (CHILD_MARK + json.dumps({"method": op.name, "result": {"pid": "12"}})).encode(),
+    ):
+        with pytest.raises(ValueError):
+            zygote.read_answer(other)

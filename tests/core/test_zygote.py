@@ -5,15 +5,40 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from fusion_core import check
+from fusion_core.boundary.ops import CHILD_MARK
+from fusion_core.run import child as child_entry
 from fusion_core.run import isolated
+from fusion_core.run import zygote as server
 
 PE = {"patch_embeddings": True}
+ROOT = str(Path(server.__file__).resolve().parents[2])
+
+# the zygote's own loop without its imports of torch and transformers (a second, not seven):
+# each child prints where it runs, then exits with the code its first line says, or signals itself
+LIGHT = r"""
+import os, socket, sys, threading
+sys.path.insert(0, sys.argv[1])
+from fusion_core.run import zygote
+assert threading.active_count() == 1
+given = zygote._serve(socket.socket(fileno=int(os.environ["FUSION_ZYGOTE_FD"])))
+if given is None:
+    os._exit(0)
+zygote._become_child(*given)
+line = sys.stdin.readline().split()
+print(os.getcwd(), os.environ.get("FUSION_TEST_MARK"), flush=True)
+if line[0] == "signal":
+    os.kill(os.getpid(), int(line[1]))
+os._exit(int(line[0]))
+"""
 
 
 @pytest.fixture
@@ -123,3 +148,120 @@ def test_a_forked_child_takes_the_environment_and_folder_it_was_asked_with(tmp_p
     assert os.waitpid(pid, 0)[1] == 0
     assert got == {"env": env, "cwd": str(tmp_path)}
     assert isolated.zygote_key(env) == {"FUSION_TEST_MARK": "asked", "PATH": env["PATH"]}
+
+
+def _light(*, fd: int, cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-I", "-c", LIGHT, ROOT],
+        env={"PATH": os.environ.get("PATH", ""), "FUSION_ZYGOTE_FD": str(fd)},
+        cwd=cwd,
+        pass_fds=(fd,),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_the_zygote_refuses_what_it_cannot_fork_and_serves_on(tmp_path: Path) -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ours.settimeout(60)
+    proc = _light(fd=theirs.fileno(), cwd=tmp_path)
+    theirs.close()
+
+    def ask(data: bytes, fds: list[int]) -> object:
+        socket.send_fds(ours, [data], fds)
+        return server.read_answer(ours.recv(65536))
+
+    def pipes() -> tuple[list[int], int, int]:
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        return [in_r, out_w, os.open(os.devnull, os.O_WRONLY)], in_w, out_r
+
+    folder = tmp_path / "child"
+    folder.mkdir()
+    request = server.ZYGOTE_FORK.request_line(server.ZygoteFork(str(folder), {"FUSION_TEST_MARK": "asked"})).encode()
+    bad = (
+        b"not json",
+        b"\xff",
+        child_entry.SERVE.request_line(
+            child_entry.ServeParams("fusion_core.run.upstream")
+        ).encode(),  # another op's request
+        request.replace(b'"asked"', b"7"),  # an environment value that is not a string
+    )
+    try:
+        for data in bad:
+            theirs_fds, in_w, out_r = pipes()
+            answer = ask(data, theirs_fds)
+            assert isinstance(answer, server.ZygoteRefused), answer
+            for fd in (*theirs_fds, in_w):
+                os.close(fd)
+            assert os.read(out_r, 100) == b""  # the zygote closed its copies of the refused request's pipes
+            os.close(out_r)
+        refused = ask(request, [])
+        assert isinstance(refused, server.ZygoteRefused) and "3 descriptors" in refused.error
+
+        for first, code in (("7", 7), ("signal 15", -signal.SIGTERM)):  # still serving
+            theirs_fds, in_w, out_r = pipes()
+            forked = ask(request, theirs_fds)
+            assert isinstance(forked, server.ZygoteForked) and _parent(forked.pid) == proc.pid
+            for fd in theirs_fds:
+                os.close(fd)
+            os.write(in_w, first.encode() + b"\n")
+            os.close(in_w)
+            with os.fdopen(out_r) as out:
+                assert out.read() == f"{folder} asked\n"
+            assert server.read_answer(ours.recv(65536)) == server.ZygoteExited(forked.pid, code)
+    finally:
+        ours.close()
+        proc.wait(60)
+    assert proc.returncode == 0  # its parent closed the socket: it ends
+
+
+def test_our_end_of_a_zygote_starts_runs_and_ends_its_children(tmp_path: Path) -> None:
+    light = [sys.executable, "-I", "-c", LIGHT, ROOT]
+    env = {"PATH": os.environ.get("PATH", ""), "FUSION_TEST_MARK": "ours"}
+    never = [sys.executable, "-c", "raise SystemExit(99)"]  # started only if the zygote cannot fork
+    z = isolated._Zygote(env, light)
+    try:
+        for first, code in (("0", 0), ("5", 5), ("signal 15", -signal.SIGTERM)):
+            child = z.fork(never, env, str(tmp_path))
+            assert _parent(child.wait_forked(60)) == z.proc.pid
+            child.stdin.write(first + "\n")
+            out, _ = child.communicate(60)
+            assert (out, child.returncode) == (f"{tmp_path} ours\n", code)
+        killed = z.fork(never, env, str(tmp_path))
+        killed.wait_forked(60)
+        killed.kill()
+        assert killed.communicate(60) == ("", "") and killed.returncode == -signal.SIGKILL
+        assert z.alive()
+    finally:
+        z.close()
+    assert z.proc.returncode == 0
+
+
+GARBLED = r"""
+import os, socket, sys, time
+sock = socket.socket(fileno=int(os.environ["FUSION_ZYGOTE_FD"]))
+socket.recv_fds(sock, 1 << 18, 3)
+sock.send(sys.argv[1].encode("utf-8", "surrogateescape"))
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize(
+    "said",
+    ["hello", "\udcff", CHILD_MARK + '{"method": "child/zygote_fork", "result": {"pid": "12"}}'],
+    ids=["not a message", "not utf-8", "not its shape"],
+)
+def test_a_zygote_that_says_what_we_cannot_read_is_ended_and_its_requests_start_on_their_own(
+    said: str, tmp_path: Path
+) -> None:
+    env = {"PATH": os.environ.get("PATH", "")}
+    plain = [sys.executable, "-c", "import sys; print('plain', sys.stdin.read().strip())"]
+    z = isolated._Zygote(env, [sys.executable, "-I", "-c", GARBLED, said])
+    try:
+        child = z.fork(plain, env, str(tmp_path))
+        child.stdin.write("asked\n")
+        out, _ = child.communicate(60)  # started by us once the zygote's answer made no sense
+        assert (out, child.returncode) == ("plain asked\n", 0)
+        assert z.proc.wait(60) == -signal.SIGKILL and not z.alive()
+    finally:
+        z.close()
