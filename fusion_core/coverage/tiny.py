@@ -46,7 +46,7 @@ _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num
 _PER_TOKEN_KEYS = ("num_experts_per_tok", "moe_k", "moe_topk", "num_experts_per_token", "top_k", "moe_top_k")
 _GROUP_KEYS = ("n_group", "topk_group", "num_expert_group", "topk_groups")
 _LAYER_RE = re.compile(
-    r"^(num_(hidden_|encoder_|decoder_|text_|vision_)?layers|n_layers?|(encoder|decoder|text|vision)_layers"
+    r"^(num_(hidden_|encoder_|decoder_|text_|vision_|global_)?layers|n_layers?|(encoder|decoder|text|vision)_layers"
     r"|num_hidden_layers_.*|depth|num_blocks)$"
 )
 _INDEX_RE = re.compile(
@@ -268,6 +268,8 @@ def _shrink_width(d: dict[str, Any], plan: dict[str, Any]) -> None:
     for key, value in list(d.items()):
         if key in (plan["width_key"], plan["heads_key"]) or isinstance(value, dict):
             continue
+        if _INDEX_RE.search(key):  # layer indices, not sizes (Mllama's ``intermediate_layers_indices``)
+            continue
         if _HEAD_DIM_RE.search(key) and _int(value) and value > 0:
             d[key] = max(2, round(value * dim_factor / 2) * 2)
         elif (_FFN_RE.search(key) or _SSM_RE.search(key)) and _int(value) and value > 0:
@@ -463,8 +465,16 @@ def _quoted_widths(d: dict[str, Any], widths: dict[int, int], own: set[str]) -> 
             continue
         if _int(value) and value in widths:
             d[key] = widths[value]
+        elif _int(value) and (k := _multiple(value, widths)):
+            # a concatenation of one width's features (Mllama's vision_output_dim: 6 x 1280)
+            d[key] = k * widths[value // k]
         elif isinstance(value, (list, tuple)) and value and all(_int(v) for v in value) and not key.endswith("sizes"):
             d[key] = type(value)(widths.get(v, v) for v in value)  # not stage widths (a backbone's hidden_sizes)
+
+
+def _multiple(value: int, widths: dict[int, int]) -> int:
+    """The ``k`` (2 to 8) for which ``value`` is ``k`` times one of ``widths`` (0: none)."""
+    return next((k for k in range(2, 9) if value % k == 0 and value // k in widths), 0)
 
 
 #: the variants tried, most shrunk first: (name, shrink's keyword arguments)
