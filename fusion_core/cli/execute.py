@@ -272,7 +272,9 @@ def format_check(result: Any) -> str:
     lines += [f"note: {m}" for m in result.messages]
     lines += [f"warning: {w}" for w in result.warnings]
     if result.upstream is not None:
-        lines.append(result.upstream.summary)
+        from ..run.check_text import upstream_detail
+
+        lines.append(upstream_detail(result.upstream))  # the summary, then each family's finding
     if result.generation is not None:
         lines.append(result.generation.line)
     if result.compiled is not None:

@@ -228,7 +228,7 @@ def _statuses(c: Any) -> list[str]:
 # -- a check -----------------------------------------------------------------------------
 #: a line of prose (an upstream summary, a generation line) is cut here; a table cell at MAX_CELL
 MAX_LINE = 1500
-#: rows of a list from the model folder (upstream's missing keys...) before "… N more"
+#: rows of a list from the model folder (an upstream family's findings...) before "… N more"
 MAX_ROWS = 40
 #: characters of a module's name in the speed chart (its layer indices always kept)
 CHART_LABEL = 34
@@ -261,38 +261,22 @@ def _bounded(items: Sequence[str], limit: int = MAX_ROWS) -> list[str]:
 
 
 def _upstream(r: Any) -> tuple[list[str], list[tuple[str, list[str], list[tuple[Any, ...]]]]]:
-    """Upstream parity as the CLI prints it (its summary: the verdict and every finding), and
-    the findings as tables: families, keys, classes."""
+    """Upstream parity: its verdict, the diff and the leak, and each family's finding (a row a
+    finding: what upstream loaded, each key its load lost for the family's modules...)."""
+    from ..run.check_text import upstream_lines
+
     u = r.upstream
     if u is None:
         return ["upstream parity: not run: not asked (turned off for this check)"], []
     if not u.available:
         return [f"upstream parity: not run: {u.summary}"], []
-    lines = [u.summary]
     if u.error:
-        return lines, []
-    tables: list[tuple[str, list[str], list[tuple[Any, ...]]]] = []
-    if u.families:
-        tables.append(
-            ("Families", ["family", "upstream", "detail"], [(f.name, f.status, f.detail) for f in u.families])
-        )
-    keys = [("MISSING, randomly initialized", k) for k in u.missing_keys]
-    keys += [("UNEXPECTED, dropped", k) for k in u.unexpected_keys]
-    keys += [("shape mismatch", k) for k in u.mismatched_keys]
-    if keys:
-        shown = keys[:MAX_ROWS] + ([(f"… {len(keys) - MAX_ROWS} more", "")] if len(keys) > MAX_ROWS else [])
-        tables.append(("Keys upstream's load reported", ["finding", "checkpoint key"], shown))
-    if u.module_classes:
-        classes = list(u.module_classes.items())
-        shown = classes[:MAX_ROWS] + ([(f"… {len(classes) - MAX_ROWS} more", "")] if len(classes) > MAX_ROWS else [])
-        tables.append(("Classes upstream loaded", ["module", "upstream class"], shown))
-    if u.max_abs_diff is not None:
-        ours = f"; ours {u.ours_max_abs_diff:.3g}" if u.ours_max_abs_diff is not None else ""
-        within = "within" if u.within_tolerance else "OUTSIDE"
-        lines.append(f"upstream fused vs the original: max abs diff {u.max_abs_diff:.3g}, {within} tolerance{ours}")
-    if u.leak is not None:
-        lines.append(f"LEAK: {u.leak_detail}" if u.leak else "no leak into a later plain load")
-    return lines, tables
+        return [u.summary], []
+    rows: list[tuple[Any, ...]] = []
+    for f in u.families:
+        parts = _bounded(f.detail.split("; "))
+        rows += [(f.name, f.status, parts[0]), *(("", "", part) for part in parts[1:])]
+    return upstream_lines(u), [("Families", ["family", "upstream", "finding"], rows)]
 
 
 def _inputs(r: Any) -> tuple[list[str], list[tuple[Any, ...]]]:

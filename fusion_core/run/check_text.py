@@ -314,9 +314,33 @@ def verdict_lines(result: Any) -> list[tuple[str, str]]:
     return lines
 
 
+def upstream_lines(up: Any) -> list[str]:
+    """Upstream's verdict against ours, how far its fused output is from the original (ours
+    beside it) and the leak, a line each (the report's; the summary joins them)."""
+    differs = any(f.status == "differs" for f in up.families)
+    head = "DIFFERS from ours" if differs else "matches ours" if up.matches_ours else "fuses none of these families"
+    lines = [f"upstream (transformers {up.transformers_version}) {head}"]
+    if up.max_abs_diff is not None:
+        ours = f" (ours: {up.ours_max_abs_diff:.2g})" if up.ours_max_abs_diff is not None else ""
+        within = "within" if up.within_tolerance else "OUTSIDE"
+        lines.append(f"upstream fused vs the original: max abs diff {up.max_abs_diff:.2g}, {within} tolerance{ours}")
+    if up.leak is not None:
+        lines.append(f"LEAK: {up.leak_detail}" if up.leak else "no leak into a later plain load")
+    return lines
+
+
+def upstream_summary(up: Any) -> str:
+    """One line: the verdict, the diff, the leak and each family's status (or the error)."""
+    if up.error:
+        return f"upstream (transformers {up.transformers_version}): {up.error}"
+    verdict, *findings = upstream_lines(up)
+    families = "families: " + ", ".join(f"{f.name} {f.status}" for f in up.families)
+    return f"{verdict}: " + "; ".join([*findings, families])
+
+
 def upstream_line(up: Any) -> Line:
     """transformers' own fusion against ours, one family a part (``up.summary`` when none)."""
-    differs = any(f.status == "differs" for f in up.families) or (not up.families and not up.matches_ours)
+    differs = any(f.status == "differs" for f in up.families)
     verdict = " — differs from ours" if differs else (" — matches ours" if up.matches_ours else "")
     families = "; ".join(f"{f.name}: {f.status}" for f in up.families)
     kind = "warn" if differs else "ok" if up.matches_ours else "info"
@@ -324,8 +348,11 @@ def upstream_line(up: Any) -> Line:
 
 
 def upstream_detail(up: Any) -> str:
-    """The summary and every family's finding, a line each."""
-    return up.summary + "".join(f"\n{f.name}: {f.status}" + (f" ({f.detail})" if f.detail else "") for f in up.families)
+    """The summary, then every family's finding on a line of its own (indented: the CLI's prose
+    continues so)."""
+    if up.error or not up.available:
+        return up.summary
+    return up.summary + "".join(f"\n  {f.name} {f.status}" + (f": {f.detail}" if f.detail else "") for f in up.families)
 
 
 # the tree's check column -------------------------------------------------------------------

@@ -5,10 +5,11 @@ fusion_config=...)``). Its registries are process-wide and never cleared (DESIGN
 "Known upstream defects"), so it runs here in a **separate process**: an isolated child
 serving this module reads one request on stdin and writes one marked line on stdout, the
 :data:`UPSTREAM` operation (:class:`UpstreamParams` in, an
-:class:`~fusion_core.run.results.UpstreamReport` out), which both sides build and read. The worker loads the original model our way (never fused), captures the
-same synthetic inputs as the check, loads the upstream fused model, compares, and then
-loads the checkpoint plainly once more in the same process to see whether the upstream
-fusion leaked into it.
+:class:`~fusion_core.run.results.UpstreamReport` out), which both sides build and read. The
+worker loads the original model our way (never fused), captures the same synthetic inputs
+as the check, loads the upstream fused model, compares, judges each family (did upstream
+fuse its modules, which of their keys its load lost), and then loads the checkpoint plainly
+once more in the same process to see whether the upstream fusion leaked into it.
 
 The result is information next to our check, never a failure of it.
 """
@@ -25,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..boundary.ops import Op
 from ..boundary.options import Workload
-from ..errors import one_line
+from ..errors import bounded, one_line
+from .check_text import upstream_summary
 from .isolated import WarmChild, child_for, killed_by
 from .results import CheckResult, UpstreamFamily, UpstreamReport
 
@@ -47,7 +49,7 @@ class UpstreamParams:
     fusion_config: dict[str, Any]
     dtype: str
     seed: int
-    paths: list[str]
+    paths: dict[str, str]  # our fused module paths -> their family
     trust_remote_code: bool = False
     workload: Workload | None = None
 
@@ -80,7 +82,7 @@ def start_upstream(plan: FusionPlan | None = None, workload: Workload | None = N
     the parent waits for the child's answer before its timings (the two never share the CPU
     while a timing runs). Without it, the child imports and then waits for its request.
     """
-    if plan is not None and not _known_families(plan)[0]:
+    if plan is not None and len(_unknown_families(plan)) == len(plan.fusion_config):
         return None
     child = _spawn()
     if plan is not None and workload is not None:
@@ -92,17 +94,10 @@ def _spawn() -> WarmChild:
     return child_for("fusion_core.run.upstream", prefix="fusion-upstream-")
 
 
-def _known_families(plan: FusionPlan) -> tuple[list[str], list[UpstreamFamily]]:
-    """(the plan's families transformers knows, the others as "not available upstream")."""
-    known: list[str] = []
-    unknown: list[UpstreamFamily] = []
-    for family in plan.fusion_config:
-        ok, why = upstream_knows(family)
-        if ok:
-            known.append(family)
-        else:
-            unknown.append(UpstreamFamily(family, NOT_AVAILABLE, why))
-    return known, unknown
+def _unknown_families(plan: FusionPlan) -> dict[str, UpstreamFamily]:
+    """The plan's families the installed transformers lacks, each "not available upstream"."""
+    knows = {family: upstream_knows(family) for family in plan.fusion_config}
+    return {family: UpstreamFamily(family, NOT_AVAILABLE, why) for family, (ok, why) in knows.items() if not ok}
 
 
 def run_upstream(
@@ -117,8 +112,8 @@ def run_upstream(
     model folder or the working directory is ever imported.
 
     Args:
-        plan: our plan (its model must have weights in a folder; its fused paths are
-            compared with upstream's classes).
+        plan: our plan (its model must have weights in a folder; the child judges each of
+            its families on the modules we fuse).
         workload: the check's dtype, seed and sizes (the same inputs as ours).
         ours: our check result, for the side-by-side summary.
         child: a child from :func:`start_upstream` (default: one started when needed).
@@ -126,39 +121,38 @@ def run_upstream(
     import transformers
 
     version = transformers.__version__
-    known, families = _known_families(plan)
-    if not known:
-        why = "; ".join(f.detail for f in families) or "no family to compare"
-        return UpstreamReport(available=False, transformers_version=version, summary=why, families=families)
-    paths = [p for p, fam in plan.matched_paths.items() if fam in known]
+    unknown = _unknown_families(plan)
+    if len(unknown) == len(plan.fusion_config):
+        why = "; ".join(f.detail for f in unknown.values()) or "no family to compare"
+        return UpstreamReport(available=False, transformers_version=version, summary=why, families=[*unknown.values()])
     t0 = time.perf_counter()
     report = _run_worker(_request(plan, workload), child or _spawn())
     report.available, report.transformers_version = True, version
     report.seconds = time.perf_counter() - t0
     if ours is not None and ours.end_to_end is not None and ours.end_to_end.comparison is not None:
         report.ours_max_abs_diff = ours.end_to_end.comparison.max_abs_diff
-    for family in known:
-        family_paths = [p for p in paths if plan.matched_paths[p] == family]
-        families.append(_family_status(report, family, family_paths))
-    order = list(plan.fusion_config)
-    report.families = sorted(families, key=lambda f: order.index(f.name))
-    report.summary = summarize(report)
+    judged = {f.name: f for f in report.families}  # the child's judgement (none after an error)
+    report.families = [
+        unknown.get(name) or judged.get(name) or UpstreamFamily(name, DIFFERS, report.error or "not judged")
+        for name in plan.fusion_config
+    ]
+    report.summary = upstream_summary(report)
     return report
 
 
 def _request(plan: FusionPlan, workload: Workload) -> UpstreamParams:
     """What the worker is asked: everything it needs to load, fuse and run the model of ``plan``."""
-    known, _ = _known_families(plan)
+    unknown = _unknown_families(plan)
     source = plan.source
     if source.checkpoint is not None:  # the child loads the folder itself: it must still hold what was validated
         source.checkpoint.verify()
     return UpstreamParams(
         folder=str(Path(source.folder).resolve()),  # the worker runs in a neutral directory
         model_class=source.model_class.__name__,
-        fusion_config={k: v for k, v in plan.fusion_config.items() if k in known},
+        fusion_config={k: v for k, v in plan.fusion_config.items() if k not in unknown},
         dtype=workload.dtype,
         seed=workload.seed,
-        paths=[p for p, fam in plan.matched_paths.items() if fam in known],
+        paths={p: fam for p, fam in plan.matched_paths.items() if fam not in unknown},
         trust_remote_code=source.trust_remote_code,
         workload=workload,
     )
@@ -182,73 +176,7 @@ def _run_worker(request: UpstreamParams, child: WarmChild) -> UpstreamReport:
         ended = killed_by(proc.returncode) or f"exited with status {proc.returncode}"
         error = f"the upstream worker {ended} without a result: {tail}"
         return UpstreamReport(available=True, error=error)
-    report.families = []  # the parent judges each family
     return report
-
-
-def _family_status(r: UpstreamReport, family: str, paths: list[str]) -> UpstreamFamily:
-    if r.error:
-        return UpstreamFamily(family, DIFFERS, r.error)
-    classes = {p: r.module_classes.get(p, "") for p in paths}
-    if paths and not any(c.startswith("Fused") for c in classes.values()):
-        return UpstreamFamily(family, NOT_FUSED, f"upstream left {', '.join(sorted(set(classes.values())))}")
-    problems = []
-    unfused = [p for p, c in classes.items() if not c.startswith("Fused")]
-    if unfused:
-        problems.append(f"did not fuse {', '.join(unfused)}")
-    touched = [k for k in r.missing_keys + r.unexpected_keys if any(k.endswith(_tail(p)) or p in k for p in paths)]
-    if touched:
-        problems.append(f"keys missing or unexpected: {', '.join(touched)}")
-    if r.within_tolerance is False:
-        problems.append("outputs outside the tolerance")
-    if problems:
-        return UpstreamFamily(family, DIFFERS, "; ".join(problems))
-    return UpstreamFamily(family, AGREES, "")
-
-
-def _tail(path: str) -> str:
-    return ".".join(path.split(".")[-2:])
-
-
-def _short_key(key: str) -> str:
-    """``model.visual.patch_embed.linear_proj.weight`` -> ``linear_proj.weight`` for the summary."""
-    parts = key.split(".")
-    return ".".join(parts[-2:]) if len(parts) > 2 else key
-
-
-def summarize(r: UpstreamReport) -> str:
-    """One plain sentence (or a few clauses) on what upstream did."""
-    who = f"upstream (transformers {r.transformers_version})"
-    if not r.available:
-        return r.summary
-    if r.error:
-        return f"{who}: {r.error}"
-    clauses = []
-    if r.missing_keys:
-        clauses.append(f"{', '.join(_short_key(k) for k in r.missing_keys)} MISSING, randomly initialized")
-    if r.unexpected_keys:
-        clauses.append(f"{', '.join(_short_key(k) for k in r.unexpected_keys)} UNEXPECTED, dropped")
-    if r.mismatched_keys:
-        clauses.append(f"shape mismatch: {', '.join(r.mismatched_keys)}")
-    unfused = [p for p, c in r.module_classes.items() if not c.startswith("Fused")]
-    if unfused:
-        clauses.append(f"did not fuse {', '.join(unfused)}")
-    if r.max_abs_diff is not None:
-        ours = f" (ours: {r.ours_max_abs_diff:.2g})" if r.ours_max_abs_diff is not None else ""
-        verdict = "within" if r.within_tolerance else "OUTSIDE"
-        clauses.append(f"max diff {r.max_abs_diff:.2g} vs the original, {verdict} tolerance{ours}")
-    if r.leak:
-        clauses.append(f"LEAK: {r.leak_detail}")
-    elif r.leak is False:
-        clauses.append("no leak into a later plain load")
-    differs = [f.name for f in r.families if f.status == DIFFERS]
-    if differs or (not r.families and not r.matches_ours):
-        head = "DIFFERS from ours"
-    else:
-        head = "matches ours" if r.matches_ours else "fuses none of these families"
-    if r.families:
-        clauses.append("families: " + ", ".join(f"{f.name} {f.status}" for f in r.families))
-    return f"{who} {head}: " + "; ".join(clauses)
 
 
 # -- the worker (runs in the child process) ---------------------------------------------
@@ -265,10 +193,10 @@ def _worker(request: UpstreamParams) -> UpstreamReport:
     from .loading import load_original, plain_config, torch_dtype, weights_loader
     from .results import compare, main_output
 
-    out = UpstreamReport(available=True, ran=True)
+    out = UpstreamReport(available=True)
     src = resolve(request.folder, model_class=request.model_class, trust_remote_code=request.trust_remote_code)
     dtype = torch_dtype(request.dtype)
-    paths = request.paths
+    paths = list(request.paths)
     workload = request.workload
     if workload is not None:
         workload = replace(workload, device="cpu")
@@ -285,10 +213,10 @@ def _worker(request: UpstreamParams) -> UpstreamReport:
     except Exception as e:
         out.error = f"from_pretrained(fusion_config=...) fails: {one_line(e, first=True, named=True, limit=300)}"
         return out
-    out.missing_keys = sorted(info.get("missing_keys", []))
-    out.unexpected_keys = sorted(info.get("unexpected_keys", []))
-    out.mismatched_keys = sorted(str(k[0]) for k in info.get("mismatched_keys", []))
-    out.module_classes = {p: type(model.get_submodule(p)).__name__ for p in paths}
+    keys = [f"{k} MISSING, randomly initialized" for k in sorted(info.get("missing_keys", []))]
+    keys += [f"{k} UNEXPECTED, dropped" for k in sorted(info.get("unexpected_keys", []))]
+    keys += [f"{k} shape mismatch" for k in sorted(str(m[0]) for m in info.get("mismatched_keys", []))]
+    classes = {p: type(model.get_submodule(p)).__name__ for p in paths}
     entry = model.get_submodule(inputs.entry) if inputs.entry else model
     try:
         with torch.inference_mode():
@@ -301,6 +229,10 @@ def _worker(request: UpstreamParams) -> UpstreamReport:
     comparison = compare(reference, fused_out, request.dtype)
     out.max_abs_diff = comparison.max_abs_diff
     out.within_tolerance = comparison.passed
+    out.families = [
+        _judge(family, {p: c for p, c in classes.items() if request.paths[p] == family}, keys, out.within_tolerance)
+        for family in request.fusion_config
+    ]
     del model, entry, fused_out
     gc.collect()
     # the leak: a plain load of the same checkpoint, same process, after the fused one
@@ -318,6 +250,21 @@ def _worker(request: UpstreamParams) -> UpstreamReport:
             f"a later plain from_pretrained in the same process fails: {one_line(e, first=True, named=True, limit=300)}"
         )
     return out
+
+
+def _judge(family: str, classes: dict[str, str], keys: list[str], within: bool | None) -> UpstreamFamily:
+    """Whether upstream fused ``family`` as we do: ``classes`` (its modules -> the class upstream
+    loaded there), ``keys`` (what upstream's load reported: ``"KEY MISSING, ..."``), the outputs."""
+    unfused = [p for p, c in classes.items() if not c.startswith("Fused")]
+    if classes and len(unfused) == len(classes):
+        return UpstreamFamily(family, NOT_FUSED, bounded(f"upstream left {', '.join(sorted(set(classes.values())))}"))
+    fused = sorted({c for c in classes.values() if c.startswith("Fused")})
+    found = [f"upstream loaded {', '.join(fused)}"] if fused else []
+    problems = [f"did not fuse {', '.join(unfused)}"] if unfused else []
+    problems += [k for k in keys if any(f".{p}." in f".{k}" for p in classes)]  # keys of its modules
+    if within is False:
+        problems.append("outputs outside the tolerance")
+    return UpstreamFamily(family, DIFFERS if problems else AGREES, bounded("; ".join(found + problems)))
 
 
 def serve() -> int:

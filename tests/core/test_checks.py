@@ -134,14 +134,14 @@ def test_upstream_matches_where_it_is_right(tmp_path: Path) -> None:
     # neither stop the comparison nor turn it into "differs"
     result = check(tmp_path / "qwen3vl", {**PE, "qkv": True}, repeats=1, time_budget=0.1)
     up = result.upstream
-    assert result.passed and up.available and up.ran and not up.error
+    assert result.passed and up.available and not up.error
     assert [(f.name, f.status) for f in up.families] == [
         ("patch_embeddings", "agrees"),
         ("qkv", "not available upstream"),
     ]
     assert up.matches_ours, up.summary
-    assert up.missing_keys == [] and up.unexpected_keys == []
-    assert up.module_classes == {"model.visual.patch_embed": "FusedQwen3VLVisionPatchEmbed"}
+    # the class upstream loaded, and no key of the family's modules missing or unexpected (it would be listed)
+    assert up.families[0].detail == "upstream loaded FusedQwen3VLVisionPatchEmbed"
     assert up.max_abs_diff < 1e-5 and result.end_to_end.comparison.max_abs_diff < 1e-5
     assert "matches ours" in up.summary
 

@@ -17,12 +17,12 @@ from fusion_core.export import consumers as export
 from fusion_core.export.result import Consumer, ConsumersAnswer
 from fusion_core.host import ops
 from fusion_core.run import child, upstream, zygote
-from fusion_core.run.results import UpstreamReport
+from fusion_core.run.results import UpstreamFamily, UpstreamReport
 
 REQUESTS = {
     child.SERVE: child.ServeParams("fusion_core.run.upstream"),
     upstream.UPSTREAM: upstream.UpstreamParams(
-        "/m", "LlamaForCausalLM", {"qkv": True}, "float32", 0, ["model.layers.0.self_attn"], False, Workload()
+        "/m", "LlamaForCausalLM", {"qkv": True}, "float32", 0, {"model.layers.0.self_attn": "qkv"}, False, Workload()
     ),
     export.CONSUMERS_SOURCE: export.ConsumersSourceParams("/m", ["a.b"], False, "bfloat16", "too big", 1 << 30),
     export.CONSUMERS_TRY: export.ConsumersTryParams("/tmp/x", "OUT", exact=True, max_memory=None),
@@ -38,7 +38,7 @@ REQUESTS = {
 }
 ANSWERS = {
     child.SERVE: None,
-    upstream.UPSTREAM: UpstreamReport(available=True, ran=True, module_classes={"a": "FusedX"}, max_abs_diff=0.5),
+    upstream.UPSTREAM: UpstreamReport(available=True, max_abs_diff=0.5, families=[UpstreamFamily("qkv", "agrees")]),
     export.CONSUMERS_SOURCE: None,
     export.CONSUMERS_TRY: ConsumersAnswer([Consumer("ours", "loads exactly", "load()", max_abs_diff=0.0)], {"p": 1}),
     export.LOADING: export.LoadingParams("the source model m"),

@@ -145,3 +145,55 @@ def test_the_apps_lines_and_the_trees_texts(result):
         "max |diff| 1.00e-07 vs tolerance 2.00e-05: pass, verified by end-to-end inputs"
     )
     assert module_detail(broken) == "error: no inputs reached it"
+
+
+def test_upstream_parity_judged_per_family_in_every_view(result):
+    """The upstream child's judgement of each family (:func:`~fusion_core.run.upstream._judge`)
+    and what the CLI, the report and the app say of it."""
+    from fusion_core.run.check_text import upstream_detail, upstream_line, upstream_summary
+    from fusion_core.run.results import UpstreamFamily, UpstreamReport
+    from fusion_core.run.upstream import _judge
+
+    lost = "model.layers.0.self_attn.qkv_proj.weight MISSING, randomly initialized"
+    keys = [lost, "lm_head.weight UNEXPECTED, dropped"]  # lm_head: no module of a family
+    qkv = _judge("qkv", {"model.layers.0.self_attn": "FusedAttention", "model.layers.1.self_attn": "Attention"},
+                 keys, within=False)  # fmt: skip
+    found = ["upstream loaded FusedAttention", "did not fuse model.layers.1.self_attn", lost]
+    assert (qkv.status, qkv.detail) == ("differs", "; ".join([*found, "outputs outside the tolerance"]))
+    assert _judge("gate_up", {"model.layers.0.mlp": "MLP"}, keys, True) == UpstreamFamily(
+        "gate_up", "not fused upstream", "upstream left MLP"
+    )
+    assert _judge("qkv", {"a": "FusedX"}, [], True) == UpstreamFamily("qkv", "agrees", "upstream loaded FusedX")
+    assert len(_judge("qkv", {"a": "FusedX"}, [f"a.{'k' * 9000} MISSING"], True).detail) < 2100  # bounded
+
+    gone = UpstreamFamily("patch_embeddings", "not available upstream", "no such family")
+    up = UpstreamReport(True, "5.24.0", max_abs_diff=0.5, ours_max_abs_diff=1e-7, within_tolerance=False,
+                        leak=True, leak_detail="still fused", families=[qkv, gone])  # fmt: skip
+    up.summary = upstream_summary(up)
+    diff = "upstream fused vs the original: max abs diff 0.5, OUTSIDE tolerance (ours: 1e-07)"
+    assert up.summary == (
+        f"upstream (transformers 5.24.0) DIFFERS from ours: {diff}; LEAK: still fused; "
+        "families: qkv differs, patch_embeddings not available upstream"
+    )
+    assert upstream_line(up)[:3] == (
+        "warn",
+        "transformers' own fusion (upstream) — differs from ours:",
+        " qkv: differs; patch_embeddings: not available upstream",
+    )
+    detail = f"{up.summary}\n  qkv differs: {qkv.detail}\n  patch_embeddings not available upstream: no such family"
+    assert upstream_detail(up) == detail  # the app's tooltip
+    result.upstream = up
+    before = width()
+    set_width(None)
+    try:
+        assert detail in format_check(result)
+    finally:
+        set_width(before)
+    md = check_markdown(result).replace("\\", "")
+    assert "upstream (transformers 5.24.0) DIFFERS from ours\n" in md and diff in md and "LEAK: still fused" in md
+    assert "| qkv | differs | upstream loaded FusedAttention |" in md and f"|  |  | {lost} |" in md
+
+    up = UpstreamReport(True, "5.24.0", error="the worker failed", families=[UpstreamFamily("qkv", "differs", "x")])
+    assert upstream_summary(up) == "upstream (transformers 5.24.0): the worker failed"
+    up.summary = upstream_summary(up)
+    assert upstream_detail(up) == up.summary and not up.matches_ours
