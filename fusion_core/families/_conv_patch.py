@@ -437,7 +437,17 @@ def _patch_samples(
     cands = []
     if interpolate:
         cands.append((f"image {tuple(image.shape)}", ((image,), {"interpolate_pos_encoding": True})))
-    cands.append((f"image {tuple(image.shape)}", ((image,), {})))
+    extra: dict[str, Any] = {}
+    if "patch_attention_mask" in params:  # every patch kept (Idefics3, Aria, Phi-4-multimodal)
+        grid = (batch, image.shape[-2] // ph, image.shape[-1] // pw)
+        extra["patch_attention_mask"] = torch.ones(grid, dtype=torch.bool)
+    cands.append((f"image {tuple(image.shape)}" + (" with its patch mask" if extra else ""), ((image,), extra)))
     patches = s.randn(workload, gen, batch * gh * gw, channels * math.prod(kernel))
+    grid_kw = next((k for k in ("grid_thw", "image_grid_thw") if k in params), None)
+    if grid_kw is not None:  # flattened patches of a stated grid (Kimi-K2.5)
+        grid_thw = torch.tensor([[1, gh, gw]] * batch)
+        cands.append((f"{batch * gh * gw} flattened patches with {grid_kw}", ((patches,), {grid_kw: grid_thw})))
+        tiles = patches.view(batch * gh * gw, channels, ph, pw)  # one small image per patch
+        cands.append((f"{batch * gh * gw} patches of {ph}x{pw} px with {grid_kw}", ((tiles,), {grid_kw: grid_thw})))
     cands.append((f"{batch * gh * gw} flattened patches", ((patches,), {})))
     return cands

@@ -106,6 +106,19 @@ def test_layer_indices_follow_the_new_depth() -> None:
     assert len(moved) == 4 and moved == sorted(moved) and set(moved) == {0, 1}
 
 
+def test_layer_indices_are_not_sizes_and_concatenated_widths_follow() -> None:
+    """Mllama's vision tower takes the hidden states of ``intermediate_layers_indices`` (an
+    "intermediate" name that is no FFN size) and concatenates them with its output into
+    ``vision_output_dim`` = 6 x 1280: every variant keeps the indices inside its layers, its
+    global layers few, and the concatenated width 6 x the new one."""
+    for how, config in tiny_configs("mllama"):
+        vision = config.vision_config
+        indices = vision.intermediate_layers_indices
+        assert all(0 <= i < vision.num_hidden_layers for i in indices), how
+        assert vision.num_global_layers <= vision.num_hidden_layers, how
+        assert vision.vision_output_dim == (len(indices) + 1) * vision.hidden_size, how
+
+
 def test_a_pixel_shuffle_gets_a_patch_grid_it_divides() -> None:
     """Idefics3's default config: 224 / 32 = 7 patches a side, shuffled by 2; every variant gets
     8 a side (256 px), and a grid that already divides is left as it is."""

@@ -116,3 +116,38 @@ def test_candidates_are_decided_by_structure():
     assert not spec.is_candidate("encoder.block.conv", overlapping)  # an ordinary convolution: not a target
     assert not spec.is_candidate("embeddings", _Embeddings(nn.Conv3d(3, 8, 2, stride=2)))
     assert not spec.is_candidate("embeddings", nn.Embedding(4, 4))
+
+
+def _sampled_and_fused_equal(module: nn.Module, config) -> str:
+    """The family's sample inputs for ``module`` run it, and its fused copy gives the same output;
+    returns how the inputs were made (the first accepted candidate's name)."""
+    import copy
+
+    from fusion_core.families.base import Workload
+
+    spec = get_family("patch_embeddings_2d")
+    args, kwargs = spec.sample_inputs(module, config, Workload(seed=0))
+    fused = copy.deepcopy(module)
+    spec.fuse_module(fused)
+    with torch.inference_mode():
+        torch.testing.assert_close(fused(*args, **kwargs), module(*args, **kwargs), atol=1e-5, rtol=1e-5)
+    return ", ".join(f"{k}={tuple(v.shape)}" for k, v in kwargs.items())
+
+
+def test_sample_inputs_carry_the_patch_mask_and_grid_a_forward_requires():
+    """Idefics3's embeddings (Aria's and Phi-4-multimodal's towers too) require a
+    ``patch_attention_mask``; Kimi-K2.5's patch embedding takes each patch as a small image and
+    its ``grid_thw``: the family's sample inputs give both, so the module is verified even
+    where no end-to-end run reaches it."""
+    from transformers import Idefics3VisionConfig
+    from transformers.models.idefics3.modeling_idefics3 import Idefics3VisionEmbeddings
+    from transformers.models.kimi_k25.configuration_kimi_k25 import Kimi_K25VisionConfig
+    from transformers.models.kimi_k25.modeling_kimi_k25 import Kimi_K25VisionPatchEmbed
+
+    torch.manual_seed(0)
+    config = Idefics3VisionConfig(hidden_size=32, image_size=64, patch_size=16)
+    made = _sampled_and_fused_equal(Idefics3VisionEmbeddings(config).eval(), config)
+    assert made == "patch_attention_mask=(1, 4, 4)"
+    config = Kimi_K25VisionConfig(hidden_size=32, patch_size=14, init_pos_emb_height=8, init_pos_emb_width=8)
+    made = _sampled_and_fused_equal(Kimi_K25VisionPatchEmbed(config).eval(), config)
+    assert made.startswith("grid_thw=")
