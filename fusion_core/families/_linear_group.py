@@ -460,11 +460,19 @@ def _group_samples(
                 kwargs[name] = seq
             elif name == "position_ids":
                 kwargs[name] = torch.arange(seq, device=workload.device).expand(*lead[:-1], seq)
+            elif name in _KEY_VALUE and p.default is inspect.Parameter.empty:
+                kwargs[name] = x  # attention called as (query, key, value): SAM's, self-attention here
             elif p.default is inspect.Parameter.empty:
                 kwargs[name] = None  # masks, caches: None means "none" in transformers' modules
         label = f"hidden states {tuple(x.shape)}" + (f" with {', '.join(kwargs)}" if kwargs else "")
         cands.append((label, ((x,), kwargs)))
+        if isinstance(kwargs.get("position_embeddings"), tuple):  # or added to the states (DETRs)
+            added = {**kwargs, "position_embeddings": s.randn(workload, gen, *lead, hidden)}
+            cands.append((f"{label} (added to the states)", ((x,), added)))
     return cands
+
+
+_KEY_VALUE = ("key", "value", "keys", "values")
 
 
 __all__ = ["FusedLinearGroupMixin", "LinearAlias", "LinearGroup", "LinearGroupFusion", "concat_linears"]

@@ -233,3 +233,34 @@ def test_whisper_rejected_because_k_proj_has_no_bias():
     disc = plan.families[0].discovery
     assert not disc.matches and disc.empty_message
     assert any("bias on q_proj, v_proj only (none on k_proj)" in r.reason for r in disc.rejected)
+
+
+@pytest.mark.parametrize("kind", ["sam2_key_value", "rf_detr_added_positions"])
+def test_sample_inputs_for_attention_called_other_ways(kind):
+    """SAM 2's attention is called as ``(query, key, value)``, all required; RF-DETR's adds its
+    ``position_embeddings`` to the states instead of rotating by them: the family's sample
+    inputs run both, and the fused module gives the original's output on them."""
+    from fusion_core.families.base import Workload
+
+    torch.manual_seed(0)
+    if kind == "sam2_key_value":
+        from transformers import Sam2MaskDecoderConfig
+        from transformers.models.sam2.modeling_sam2 import Sam2Attention
+
+        config = Sam2MaskDecoderConfig(hidden_size=32, num_attention_heads=4)
+        module = Sam2Attention(config).eval()
+        expected = "key"
+    else:
+        from transformers import RfDetrConfig
+        from transformers.models.rf_detr.modeling_rf_detr import RfDetrAttention
+
+        config = RfDetrConfig(d_model=32, decoder_self_attention_heads=4)
+        module = RfDetrAttention(config, layer_idx=0).eval()
+        expected = "position_embeddings"
+    spec = get_family("qkv")
+    args, kwargs = spec.sample_inputs(module, config, Workload(seed=0))
+    assert isinstance(kwargs[expected], torch.Tensor)
+    fused = copy.deepcopy(module)
+    spec.fuse_module(fused)
+    with torch.inference_mode():
+        torch.testing.assert_close(fused(*args, **kwargs)[0], module(*args, **kwargs)[0])
