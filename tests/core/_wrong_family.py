@@ -53,3 +53,43 @@ def scaled_gate_up(factor: float, name: str) -> Iterator[str]:
         yield spec.name
     finally:
         unregister(spec.name)
+
+
+@contextmanager
+def flat_weight_patch() -> Iterator[str]:
+    """A 2-D patch family whose fused host gives, under the Conv's old name, the Linear's 2-D
+    weight (what the real family did before it gave the Conv's shape): a parent that reads the
+    kernel from that weight's shape (ViLT) raises, though the host alone is exact. Registered
+    for the block; yields its name."""
+    from fusion_core.families._conv_patch import PatchCall
+    from fusion_core.families.patch_embeddings_2d import PatchEmbeddings2dFusion
+
+    class _FlatWeight:
+        def __init__(self, call: PatchCall) -> None:
+            self._call = call
+
+        def __call__(self, x):
+            return self._call(x)
+
+        def __getattr__(self, name: str):
+            if name == "weight":
+                return self._call._patch_linear().weight
+            return getattr(self._call, name)
+
+    class FlatWeight(PatchEmbeddings2dFusion):
+        name = "test_flat_weight_patch"
+
+        def make_fused_class(self, original_cls: type) -> type:
+            fused = super().make_fused_class(original_cls)
+
+            def __getattr__(module, name):
+                got = fused.__getattr__(module, name)
+                return _FlatWeight(got) if isinstance(got, PatchCall) else got
+
+            return type(fused.__name__, (fused,), {"__getattr__": __getattr__, "__module__": fused.__module__})
+
+    spec = register(FlatWeight(), origin="test")
+    try:
+        yield spec.name
+    finally:
+        unregister(spec.name)

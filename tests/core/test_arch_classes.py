@@ -245,7 +245,8 @@ def test_a_processor_writing_its_own_image_token_gets_no_second(tmp_path: Path, 
 
 def test_labels_name_what_was_fed_and_each_modality_not_run(video_llava_dir: Path, tmp_path: Path, capsys) -> None:
     """``input_kind`` names the modalities fed (a run on the user's image is ``image+text``), and the
-    video Video-LLaVA takes, which got no run, has a "not run" line with its reason (CLI and JSON)."""
+    video Video-LLaVA takes, which got no run, has a "not run" line with its reason (CLI and JSON);
+    without files, each medium's run says how its inputs were made."""
     photo = _png(tmp_path / "photo.png")
     code = main(["check", str(video_llava_dir), "--fusion", "qkv", "--image", str(photo), *CLI_FAST, "--json"])
     e = json.loads(capsys.readouterr().out)["end_to_end"]
@@ -253,7 +254,9 @@ def test_labels_name_what_was_fed_and_each_modality_not_run(video_llava_dir: Pat
     assert "video: not run (only the given files are run: --image)" in e["notes"], e["notes"]
     code = main(["check", str(video_llava_dir), "--fusion", "qkv", *CLI_FAST])
     out = capsys.readouterr().out
-    assert code == 0 and "inputs: video+text: not run (the processor makes no video inputs here" in out, out
+    # without files, the video its processor cannot make here (torchvision) is made from the config
+    assert code == 0 and "inputs: video+text: video of 4 frames of 28x28 px made from the config" in out, out
+    assert "verified by image+text, video+text inputs" in out, out
 
 
 # -- a video classifier patching each frame with a Conv2d, without processor files ------------
@@ -656,12 +659,16 @@ def test_a_model_that_draws_noise_gets_the_same_noise_original_and_fused(tmp_pat
 
 
 def test_a_fused_model_that_raises_where_the_original_runs_fails_with_why(tmp_path: Path, capsys) -> None:
-    """ViLT's embeddings read the patch convolution's 4-D weight shape from the parent: the
-    fused patch embedding passes alone, but the fused model raises. The check fails and says
-    why, instead of ending in an internal error."""
+    """ViLT's embeddings read the patch convolution's 4-D weight shape from the parent: with a
+    family whose fused host gives the Linear's 2-D weight there, the fused patch embedding
+    passes alone, but the fused model raises. The check fails and says why, instead of ending
+    in an internal error. (The real family gives the Conv's shape: ViLT is verified, see
+    test_coverage_check.py.)"""
+    from _wrong_family import flat_weight_patch
 
     folder = _tiny("vilt", tmp_path / "model")[0]
-    code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", *CLI_FAST, "--json"])
+    with flat_weight_patch() as family:
+        code = main(["check", str(folder), "--fusion", family, *CLI_FAST, "--json"])
     captured = capsys.readouterr()
     assert code == 1, captured.err
     result = json.loads(captured.out)
