@@ -55,6 +55,7 @@ _INDEX_RE = re.compile(
 )  # layer indices (not feature levels: RT-DETR's encode_proj_layers)
 _HEAD_DIM_RE = re.compile(r"(^|_)(head_dim|dim_head|rope_head_dim|nope_head_dim|rotary_dim)$")
 _FFN_RE = re.compile(r"intermediate|ffn|(^|_)d_ff$|^n_inner$|feedforward|mlp_dim|lora_rank")
+_LAYER_POINT_RE = re.compile(r"^(merge|layer|block)_(index|idx)$")  # one layer's index (SegGPT's merge_index)
 _WIDTHISH_RE = re.compile(r"(hidden|dim|size|channels)")
 _NOT_WIDTH_RE = re.compile(
     r"vocab|image|patch|position|window|chunk|kernel|max_|^num_|sampling|pool|stride|token|length|"
@@ -153,6 +154,10 @@ def _shrink_depth(d: dict[str, Any]) -> dict[str, int]:
     kinds = max((len({repr(x) for x in d[k]}) for k in per_layer), default=1)
     outputs = [d[k] for k in ("out_indices", "_out_indices") if isinstance(d.get(k), (list, tuple))]
     n = max(MAX_LAYERS, min(kinds, 4), *(min(len(o), 4) for o in outputs))  # backbone outputs stay distinct
+    points = [k for k, v in d.items() if _int(v) and _LAYER_POINT_RE.search(k) and counts and v < max(counts)]
+    if points:  # a layer index below a list of them (SegGPT: merge_index 2 < min([5, 11, 17, 23])): both stay apart
+        lists = [v for k, v in d.items() if isinstance(v, (list, tuple)) and v and _INDEX_RE.search(k)]
+        n = max(n, *(min(len(set(v)), 4) + 1 for v in lists)) if lists else n
     for key in old_layers:
         d[key] = min(n, old_layers[key])
     for key in per_layer:  # one entry per layer: one of each kind first, in their order
@@ -167,6 +172,8 @@ def _shrink_depth(d: dict[str, Any]) -> dict[str, int]:
                 continue
             if isinstance(value, (list, tuple)) and value and all(_int(v) for v in value) and _INDEX_RE.search(key):
                 d[key] = _moved_list(value, old, n)
+            elif key in points:
+                d[key] = _moved(value, old, n)
             elif key == "per_layer_config" and isinstance(value, dict):
                 kept = {}
                 for k in sorted(value, key=lambda k: int(k)):

@@ -119,6 +119,18 @@ def test_layer_indices_are_not_sizes_and_concatenated_widths_follow() -> None:
         assert vision.vision_output_dim == (len(indices) + 1) * vision.hidden_size, how
 
 
+def test_a_layer_index_below_a_list_of_them_stays_below() -> None:
+    """SegGPT asserts its ``merge_index`` (2) is below every ``intermediate_hidden_state_indices``
+    ([5, 11, 17, 23]): the tiny config keeps enough layers for both to stay apart, and builds."""
+    from transformers import SegGptConfig
+
+    for how, config in tiny_configs("seggpt"):
+        assert config.merge_index < min(config.intermediate_hidden_state_indices), how
+        assert max(config.intermediate_hidden_state_indices) < config.num_hidden_layers, how
+        assert len(set(config.intermediate_hidden_state_indices)) == 4, how
+    assert SegGptConfig().merge_index == 2
+
+
 def test_a_pixel_shuffle_gets_a_patch_grid_it_divides() -> None:
     """Idefics3's default config: 224 / 32 = 7 patches a side, shuffled by 2; every variant gets
     8 a side (256 px), and a grid that already divides is left as it is."""
