@@ -442,10 +442,13 @@ def _patch_samples(
     if interpolate:
         cands.append((f"image {tuple(image.shape)}", ((image,), {"interpolate_pos_encoding": True})))
     extra: dict[str, Any] = {}
+    grid = (batch, image.shape[-2] // ph, image.shape[-1] // pw)
     if "patch_attention_mask" in params:  # every patch kept (Idefics3, Aria, Phi-4-multimodal)
-        grid = (batch, image.shape[-2] // ph, image.shape[-1] // pw)
         extra["patch_attention_mask"] = torch.ones(grid, dtype=torch.bool)
-    cands.append((f"image {tuple(image.shape)}" + (" with its patch mask" if extra else ""), ((image,), extra)))
+    for name in ("target_sizes", "tgt_sizes"):  # each image's patch grid (MiniCPM-V)
+        if name in params:
+            extra[name] = torch.tensor([grid[1:]] * batch, dtype=torch.int32)
+    cands.append((f"image {tuple(image.shape)}" + (f" with {', '.join(extra)}" if extra else ""), ((image,), extra)))
     patches = s.randn(workload, gen, batch * gh * gw, channels * math.prod(kernel))
     grid_kw = next((k for k in ("grid_thw", "image_grid_thw") if k in params), None)
     if grid_kw is not None:  # flattened patches of a stated grid (Kimi-K2.5)

@@ -328,6 +328,10 @@ def _pixel_inputs(
             yield ModelInputs("", {key: clip, **extra}, "video", [note])
     if len(kernel) == 2:
         image = torch.randn(n, channels, height, width, generator=gen).to(dtype)
+        for name in ("target_sizes", "tgt_sizes"):  # each image's patch grid (MiniCPM-V's towers)
+            if name in params:
+                grid = [height // int(kernel[0]), width // int(kernel[1])]
+                extras = [{**e, name: torch.tensor([grid] * n, dtype=torch.int32)} for e in extras]
         for extra in extras:
             text = f", {extra['input_ids'].shape[1]} text tokens" if "input_ids" in extra else ""
             yield ModelInputs(

@@ -141,7 +141,7 @@ def _sampled_and_fused_equal(module: nn.Module, config) -> str:
 def test_sample_inputs_carry_the_patch_mask_and_grid_a_forward_requires():
     """Idefics3's embeddings (Aria's and Phi-4-multimodal's towers too) require a
     ``patch_attention_mask``; Kimi-K2.5's patch embedding takes each patch as a small image and
-    its ``grid_thw``: the family's sample inputs give both, so the module is verified even
+    its ``grid_thw``; MiniCPM-V's embeddings need each image's patch grid: the family's sample inputs give both, so the module is verified even
     where no end-to-end run reaches it."""
     from transformers import Idefics3VisionConfig
     from transformers.models.idefics3.modeling_idefics3 import Idefics3VisionEmbeddings
@@ -155,3 +155,9 @@ def test_sample_inputs_carry_the_patch_mask_and_grid_a_forward_requires():
     config = Kimi_K25VisionConfig(hidden_size=32, patch_size=14, init_pos_emb_height=8, init_pos_emb_width=8)
     made = _sampled_and_fused_equal(Kimi_K25VisionPatchEmbed(config).eval(), config)
     assert made.startswith("grid_thw=")
+    # MiniCPM-V's embeddings place their positions by each image's patch grid, ``target_sizes``
+    from transformers.models.minicpmv4_6.configuration_minicpmv4_6 import MiniCPMV4_6VisionConfig
+    from transformers.models.minicpmv4_6.modeling_minicpmv4_6 import MiniCPMV4_6VisionEmbeddings
+
+    config = MiniCPMV4_6VisionConfig(hidden_size=32, image_size=64, patch_size=16)
+    assert _sampled_and_fused_equal(MiniCPMV4_6VisionEmbeddings(config).eval(), config) == "target_sizes=(1, 2)"
