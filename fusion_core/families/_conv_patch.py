@@ -261,11 +261,7 @@ class PatchCall:
         if name == "weight":  # the Conv's weight as the Conv had it (ViLT reads its kernel from its shape)
             linear = self._patch_linear()
             if isinstance(linear, PatchLinear):
-                weight = linear.weight
-                view = weight.view(linear.out_features, linear.in_channels, *linear.kernel_size)
-                if hasattr(weight, "_is_hf_initialized"):  # loaded: transformers' init must skip it, as the weight
-                    view._is_hf_initialized = weight._is_hf_initialized  # type: ignore[attr-defined]
-                return view
+                return linear.weight.view(linear.out_features, linear.in_channels, *linear.kernel_size)
         module = self._host._modules[self._name]
         try:
             return getattr(module, name)
