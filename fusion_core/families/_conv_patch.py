@@ -234,9 +234,9 @@ class PatchCall:
     Calling it cuts the Conv-shaped input into rows of flattened patches, calls the module
     currently in ``host._modules[name]`` (the :class:`PatchLinear`, or a wrapper that
     replaced it, such as PEFT's LoRA ``Linear``: it receives 2-D patches, as a Linear
-    expects) and lays the result out as the Conv's output. ``.weight`` is the Conv's: a view
-    of the Linear's weight in the Conv's shape. Other attributes (``.kernel_size``,
-    ``.in_channels``) are that module's, else those of the :class:`PatchLinear` it wraps. Made on each access: it holds no state of its own.
+    expects) and lays the result out as the Conv's output. Attributes (``.weight``,
+    ``.kernel_size``, ``.in_channels``) are that module's, else those of the
+    :class:`PatchLinear` it wraps. Made on each access: it holds no state of its own.
     """
 
     __slots__ = ("_host", "_name")
@@ -258,10 +258,6 @@ class PatchCall:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in PatchCall.__slots__:  # copy, pickle, an unset slot
             raise AttributeError(name)
-        if name == "weight":  # the Conv's weight as the Conv had it (ViLT reads its kernel from its shape)
-            linear = self._patch_linear()
-            if isinstance(linear, PatchLinear):
-                return linear.weight.view(linear.out_features, linear.in_channels, *linear.kernel_size)
         module = self._host._modules[self._name]
         try:
             return getattr(module, name)

@@ -270,14 +270,6 @@ def test_a_medium_whose_tower_the_config_leaves_out_is_not_taken() -> None:
     assert taken_modalities(gemma3) == ["image"]
 
 
-def test_a_host_that_reads_its_conv_weight_shape_runs_fused() -> None:
-    """ViLT reads its patch kernel from ``projection.weight.shape`` (4 values): the fused host's
-    old name gives the Conv's weight in the Conv's shape, so ViLT runs fused end to end."""
-    result = check_type("vilt", ["patch_embeddings_2d"], 0)
-    assert result["status"] == VERIFIED, result["reason"]
-    assert result["input_kinds"] == ["image", "text"]
-
-
 def test_a_wrong_fusion_is_failed_with_the_module_named() -> None:
     from _wrong_family import wrong_family
 
