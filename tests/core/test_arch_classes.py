@@ -659,16 +659,12 @@ def test_a_model_that_draws_noise_gets_the_same_noise_original_and_fused(tmp_pat
 
 
 def test_a_fused_model_that_raises_where_the_original_runs_fails_with_why(tmp_path: Path, capsys) -> None:
-    """ViLT's embeddings read the patch convolution's 4-D weight shape from the parent: with a
-    family whose fused host gives the Linear's 2-D weight there, the fused patch embedding
-    passes alone, but the fused model raises. The check fails and says why, instead of ending
-    in an internal error. (The real family gives the Conv's shape: ViLT is verified, see
-    test_coverage_check.py.)"""
-    from _wrong_family import flat_weight_patch
+    """ViLT's embeddings read the patch convolution's 4-D weight shape from the parent: the
+    fused patch embedding passes alone, but the fused model raises. The check fails and says
+    why, instead of ending in an internal error."""
 
     folder = _tiny("vilt", tmp_path / "model")[0]
-    with flat_weight_patch() as family:
-        code = main(["check", str(folder), "--fusion", family, *CLI_FAST, "--json"])
+    code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", *CLI_FAST, "--json"])
     captured = capsys.readouterr()
     assert code == 1, captured.err
     result = json.loads(captured.out)

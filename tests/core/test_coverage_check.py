@@ -216,26 +216,24 @@ def test_a_type_no_family_fuses_is_not_built_with_its_reason() -> None:
     "ignore:Initializing zero-element tensors"
 )  # its empty projector, as transformers builds it
 def test_a_tiny_model_that_runs_nothing_unfused_is_not_built_not_failed() -> None:
-    """LW-DETR's default config has no feature levels (``projector_scale_factors=[]``): the
-    unfused model raises on every image, so nothing can be compared. That is the tiny build's
-    failure, said with the original's error, never a failed fusion."""
-    result = check_type("lw_detr", ["qkv", "patch_embeddings_2d"], 0)
+    """EfficientLoFTR takes pairs of images, which no input made here is: the unfused model
+    raises on every one, and its attention is verified on no sample input either, so nothing
+    can be compared. That is the tiny build's failure, said with the original's error, never
+    a failed fusion. LW-DETR's default config has no feature levels (``projector_scale_factors=[]``):
+    its original runs on no image either, but its fused modules are verified on sample inputs,
+    which is a fallback, with both reasons."""
+    result = check_type("efficientloftr", ["qkv"], 0)
     assert result["status"] == NOT_BUILT
-    assert result["reason"].startswith("the tiny model runs on no input made for it, unfused included (LwDetrModel: ")
+    assert result["reason"].startswith(
+        "the tiny model runs on no input made for it, unfused included (EfficientLoFTRModel: "
+    )
+    result = check_type("lw_detr", ["qkv", "patch_embeddings_2d"], 0)
+    assert result["status"] == FALLBACK
+    assert result["reason"].startswith("end to end not run (not run: LwDetrModel: no input it accepts (")
     assert "torch.cat(): expected a non-empty list of Tensors" in result["reason"]
+    assert result["reason"].endswith("verified on module sample inputs only")
 
 
-@pytest.mark.parametrize(
-    ("model_type", "kinds", "made"),
-    [
-        # a video processor needs torchvision: a clip of the tower's size, as many video tokens as features
-        ("llava_next_video", ["image", "text", "video"], "video+text: video of 4 frames of"),
-        # the only image processor needs torchvision: pictures of the tower's size
-        ("cohere2_vision", ["image", "text"], "image+text: image of 512x512 px made from the config"),
-        # the processor writes ``pixel_values_images``, the model takes ``pixel_values``
-        ("video_llava", ["image", "text", "video"], "image+text: synthetic image (224x224 px) through"),
-    ],
-)
 def test_media_a_processor_cannot_make_here_are_made_from_the_config(model_type, kinds, made, tmp_path) -> None:
     """Each run is named by what it fed, and says how its inputs were made; the status is the
     coverage command's own classification of that result."""
