@@ -573,10 +573,9 @@ def _counted_audio(
     its chat template). The features are the shapes :func:`~fusion_core.run.inputs.audio_inputs`
     makes (mel bins, stacked frames, both layouts), the first the model's ``get_audio_features``
     takes, with the masks it takes."""
-    import torch
 
     from ..families._sample_inputs import config_value
-    from .inputs import _generator, _text_ids, audio_inputs
+    from .inputs import _generator, audio_inputs
 
     audio_id = config_value(config, "audio_token_id", "audio_token_index")
     if not isinstance(audio_id, int) or isinstance(audio_id, bool):
@@ -587,30 +586,12 @@ def _counted_audio(
     taken = dict(inspect.signature(features_of).parameters)
     if not any(key_modality(k) == "audio" for k in taken):  # a wrapper's (*args, **kwargs): the forward's names
         taken = params
-    tried: list[str] = []
-    for made in audio_inputs(entry, taken, _generator(workload.seed), dtype, workload):
-        kept = {k: v for k, v in made.kwargs.items() if k in params}
-        if len(kept) < len(made.kwargs):  # the forward names the features otherwise
-            continue
-        try:
-            with torch.inference_mode():
-                count = _rows(features_of(**kept))
-        except Exception as e:
-            tried.append(one_line(e, first=True, named=True, limit=150))
-            continue
-        break
-    else:
-        raise CheckError(f"get_audio_features takes none of the audio made from the config ({'; '.join(tried[:2])})")
-    gen = _generator(workload.seed)
-    text = _text_ids(config, max(4, workload.seq_len or 8), gen)
-    ids = [audio_id] * (count // n) + text
-    kept["input_ids"] = torch.tensor([ids] * n)
-    if "attention_mask" in params:
-        kept["attention_mask"] = torch.ones_like(kept["input_ids"])
-    if "use_cache" in params:
-        kept["use_cache"] = False
-    if "return_dict" in params:
-        kept["return_dict"] = True
+    made_all = list(audio_inputs(entry, taken, _generator(workload.seed), dtype, workload))
+    tries = [
+        (m, kept) for m in made_all if len(kept := {k: v for k, v in m.kwargs.items() if k in params}) == len(m.kwargs)
+    ]
+    made, kept, count = _first_counted(features_of, tries, "audio")  # the forward names some features otherwise
+    ids = _with_tokens(kept, params, config, workload, audio_id, count, n)
     shape = next(iter(kept.values())).shape
     fed = [
         FedInput(label, "audio", n, "x".join(str(int(d)) for d in shape[1:]), "synthetic"),
@@ -618,6 +599,46 @@ def _counted_audio(
     ]
     note = f"{label}: {made.notes[0]}; as many audio tokens as its audio features"
     return ModelInputs(entry_path, kept, label, [note], fed=fed)
+
+
+def _first_counted(features_of: Any, tries: list[tuple[Any, dict[str, Any]]], what: str) -> tuple[Any, dict, int]:
+    """The first of ``tries`` (``(what was made, the keyword arguments)``) that ``features_of``
+    takes, with how many features it made.
+
+    Raises:
+        CheckError: it takes none of them (the first two errors are named).
+    """
+    import torch
+
+    errors: list[str] = []
+    for made, kwargs in tries:
+        try:
+            with torch.inference_mode():
+                return made, kwargs, _rows(features_of(**kwargs))
+        except Exception as e:
+            errors.append(one_line(e, first=True, named=True, limit=150))
+    name = getattr(features_of, "__name__", "its feature method")
+    raise CheckError(f"{name} takes none of the {what} made from the config ({'; '.join(errors[:2])})")
+
+
+def _with_tokens(
+    kept: dict[str, Any], params: dict, config: Any, workload: Workload, token_id: int, count: int, n: int
+) -> list[int]:
+    """``kept`` completed with text of one ``token_id`` per feature (``count`` over ``n`` rows)
+    before some synthetic text, and the switches the forward takes; returns one row's ids."""
+    import torch
+
+    from .inputs import _generator, _text_ids
+
+    ids = [token_id] * (count // n) + _text_ids(config, max(4, workload.seq_len or 8), _generator(workload.seed))
+    kept["input_ids"] = torch.tensor([ids] * n)
+    if "attention_mask" in params:
+        kept["attention_mask"] = torch.ones_like(kept["input_ids"])
+    if "use_cache" in params:
+        kept["use_cache"] = False
+    if "return_dict" in params:
+        kept["return_dict"] = True
+    return ids
 
 
 def _counted_clip(
@@ -633,7 +654,7 @@ def _counted_clip(
 
     from ..families._sample_inputs import config_value
     from ..model.limits import MAX_INPUT_FRAMES, MAX_INPUT_SIDE
-    from .inputs import _generator, _text_ids
+    from .inputs import _generator
 
     token_id = config_value(config, f"{kind}_token_id", f"{kind}_token_index")
     if not isinstance(token_id, int) or isinstance(token_id, bool):
@@ -661,29 +682,13 @@ def _counted_clip(
         shapes = ((n, frames, channels, side, side), (n, channels, frames, side, side))
         size = f"{frames} frames of {side}x{side} px"
     gen = _generator(workload.seed)
-    tried: list[str] = []
-    for shape in shapes:
-        pixels = torch.randn(shape, generator=gen).to(dtype if dtype is not None else torch.float32)
-        try:
-            with torch.inference_mode():
-                count = _rows(features_of(**{arg: pixels}))
-        except Exception as e:
-            tried.append(one_line(e, first=True, named=True, limit=150))
-            continue
-        break
-    else:
-        raise CheckError(f"get_{kind}_features takes no pixels made from the config ({'; '.join(tried[:2])})")
-    text = _text_ids(config, max(4, workload.seq_len or 8), gen)
-    ids = [token_id] * (count // n) + text
-    kept: dict[str, Any] = {keys[0]: pixels, "input_ids": torch.tensor([ids] * n)}
-    if "attention_mask" in params:
-        kept["attention_mask"] = torch.ones_like(kept["input_ids"])
+    float_dtype = dtype if dtype is not None else torch.float32
+    tries = [(p, {arg: p}) for p in (torch.randn(shape, generator=gen).to(float_dtype) for shape in shapes)]
+    pixels, _, count = _first_counted(features_of, tries, f"{kind} pixels")
+    kept: dict[str, Any] = {keys[0]: pixels}
+    ids = _with_tokens(kept, params, config, workload, token_id, count, n)
     if "mm_token_type_ids" in params:
         kept["mm_token_type_ids"] = (kept["input_ids"] == token_id).to(torch.int32) * (1 if kind == "image" else 2)
-    if "use_cache" in params:
-        kept["use_cache"] = False
-    if "return_dict" in params:
-        kept["return_dict"] = True
     fed = [
         FedInput(label, kind, n, size, "synthetic"),
         FedInput(label, "text", n, f"{len(ids)} tokens", "synthetic"),

@@ -234,6 +234,19 @@ def test_a_tiny_model_that_runs_nothing_unfused_is_not_built_not_failed() -> Non
     assert result["reason"].endswith("verified on module sample inputs only")
 
 
+@pytest.mark.parametrize(
+    ("model_type", "kinds", "made"),
+    [
+        # a video processor needs torchvision: a clip of the tower's size, as many video tokens as features
+        ("llava_next_video", ["image", "text", "video"], "video+text: video of 4 frames of"),
+        # the only image processor needs torchvision: pictures of the tower's size
+        ("cohere2_vision", ["image", "text"], "image+text: image of 512x512 px made from the config"),
+        # the processor writes ``pixel_values_images``, the model takes ``pixel_values``
+        ("video_llava", ["image", "text", "video"], "image+text: synthetic image (224x224 px) through"),
+        # no feature extractor here: mel features of the encoder's shape, as many audio tokens as features
+        ("audioflamingo3", ["audio", "text"], "audio+text: audio made from the config"),
+    ],
+)
 def test_media_a_processor_cannot_make_here_are_made_from_the_config(model_type, kinds, made, tmp_path) -> None:
     """Each run is named by what it fed, and says how its inputs were made; the status is the
     coverage command's own classification of that result."""
