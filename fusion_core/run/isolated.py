@@ -272,6 +272,7 @@ class _Zygote:
         self._pending: deque[_ForkedChild] = deque()
         self._children: dict[int, _ForkedChild] = {}
         self._ended = threading.Event()
+        self._closing = False
         threading.Thread(target=self._read, name="fusion-zygote", daemon=True).start()
 
     def alive(self) -> bool:
@@ -320,7 +321,8 @@ class _Zygote:
                     child.start_plain()
         except (OSError, ValueError, IndexError) as e:  # a message we cannot read, or one too many
             log.debug("the zygote's answers end: %s", e)
-            self.proc.kill()  # so it forks none of the requests that we now start ourselves
+            if not self._closing:  # (our own close ends the reads too: the zygote then ends by itself)
+                self.proc.kill()  # so it forks none of the requests that we now start ourselves
         finally:
             with self._lock:
                 self._ended.set()
@@ -332,6 +334,7 @@ class _Zygote:
                 child.orphaned()
 
     def close(self) -> None:
+        self._closing = True
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
