@@ -594,8 +594,46 @@ def candidate_inputs(
                 "audio+text",
                 [*audio.notes, f"{ids.shape[0]} x {ids.shape[1]} text tokens"],
             )
+    if "past_values" in params and not found:
+        found = True
+        for inputs in _series_inputs(entry, params, _generator(seed), dtype, workload):
+            inputs.entry = entry_path
+            inputs.kwargs.update(common)
+            yield inputs
     if not found:
         raise ValueError(
             f"cannot make inputs for {type(entry).__name__}.forward({', '.join(params)}): "
-            "no pixel_values, pixel_values_videos or input_ids"
+            "no pixel_values, pixel_values_videos, input_ids or past_values"
         )
+
+
+MAX_SERIES_STEPS = 512  # a time series' context made here (TimesFM 2.5's default context is 16384 steps)
+
+
+def _series_inputs(entry: nn.Module, params: dict, gen: Any, dtype: Any, workload: Workload) -> Iterator[ModelInputs]:
+    """A time series of the config's context length (bounded) for a forecaster's ``past_values``:
+    ``(batch, steps, channels)`` first, then ``(batch, steps)`` (PatchTST, TimesFM), with the
+    padding and frequency the forward requires."""
+    import torch
+
+    from .results import FedInput
+
+    config = entry.config
+    patch = config_value(config, "patch_length", "patch_len")
+    patch = int(patch) if isinstance(patch, int) and not isinstance(patch, bool) and patch > 0 else 1
+    steps = config_value(config, "context_length", "context_len")
+    steps = int(steps) if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else 4 * patch
+    steps = max(patch, min(steps, MAX_SERIES_STEPS) // patch * patch)
+    channels = config_value(config, "num_input_channels", "input_size")
+    channels = int(channels) if isinstance(channels, int) and not isinstance(channels, bool) and channels > 0 else 1
+    n = max(1, workload.batch)
+    series = torch.randn(n, steps, channels, generator=gen).to(dtype if dtype is not None else torch.float32)
+    for values in (series, series[..., 0]):
+        kwargs: dict[str, Any] = {"past_values": values}
+        if "past_values_padding" in params:
+            kwargs["past_values_padding"] = torch.zeros(n, steps, dtype=values.dtype)
+        if "freq" in params:
+            kwargs["freq"] = torch.zeros(n, 1, dtype=torch.long)
+        size = f"{steps} steps x {channels} channel(s)" if values.dim() == 3 else f"{steps} steps"
+        fed = [FedInput("time series", "time series", n, size, "synthetic")]
+        yield ModelInputs("", kwargs, "time series", [f"{n} time series of {size}"], fed=fed)

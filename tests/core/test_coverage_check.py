@@ -281,6 +281,15 @@ def test_a_medium_whose_tower_the_config_leaves_out_is_not_taken() -> None:
     assert taken_modalities(gemma3) == ["image"]
 
 
+@pytest.mark.parametrize("model_type", ["patchtst", "timesfm2_5"])
+def test_a_forecaster_is_fed_a_time_series_of_its_context(model_type) -> None:
+    """PatchTST takes ``past_values`` as (batch, steps, channels), TimesFM 2.5 as (batch, steps)
+    with a context of 16384 steps by default (bounded here): both run end to end on a series."""
+    result = check_type(model_type, ["qkv"], 0)
+    assert result["status"] == VERIFIED, result["reason"]
+    assert result["input_kinds"] == ["time series"]
+
+
 def test_a_wrong_fusion_is_failed_with_the_module_named() -> None:
     from _wrong_family import wrong_family
 
