@@ -396,8 +396,8 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
             # every config) and the default leaves unset: wider than any input, so no layer's
             # attention changes
             sub["sliding_window"] = UNSET_WINDOW
+    _pooled_grid(dicts)  # (widths leave image, patch and token counts as they are)
     if not width:
-        _pooled_grid(dicts)
         return d
     widths: dict[int, int] = {}
     plans = [_plan_width(sub, widths, head_size) for sub in dicts]
@@ -420,7 +420,6 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
         if not plan:
             _channels(sub)
     _vocab(d)
-    _pooled_grid(_all_dicts(d))
     return d
 
 

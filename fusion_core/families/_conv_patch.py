@@ -441,9 +441,7 @@ def _patch_samples(
     grid = (batch, image.shape[-2] // ph, image.shape[-1] // pw)
     if "patch_attention_mask" in params:  # every patch kept (Idefics3, Aria, Phi-4-multimodal)
         extra["patch_attention_mask"] = torch.ones(grid, dtype=torch.bool)
-    for name in ("target_sizes", "tgt_sizes"):  # each image's patch grid (MiniCPM-V)
-        if name in params:
-            extra[name] = torch.tensor([grid[1:]] * batch, dtype=torch.int32)
+    extra.update(s.patch_grids(params, batch, grid[1], grid[2]))  # each image's patch grid (MiniCPM-V)
     cands.append((f"image {tuple(image.shape)}" + (f" with {', '.join(extra)}" if extra else ""), ((image,), extra)))
     patches = s.randn(workload, gen, batch * gh * gw, channels * math.prod(kernel))
     grid_kw = next((k for k in ("grid_thw", "image_grid_thw") if k in params), None)

@@ -87,3 +87,15 @@ def first_accepted(module: nn.Module, candidates: Iterable[tuple[str, Inputs]], 
 
 def seq_len(workload: Workload) -> int:
     return int(workload.seq_len) if workload.seq_len else DEFAULT_SEQ_LEN
+
+
+#: the names a forward takes each image's patch grid under (MiniCPM-V's embeddings and towers)
+PATCH_GRID_KEYS = ("target_sizes", "tgt_sizes")
+
+
+def patch_grids(params: Any, batch: int, rows: int, cols: int) -> dict[str, torch.Tensor]:
+    """Each of ``batch`` images' patch grid (``rows`` x ``cols``), under the name the forward
+    whose ``params`` these are takes it (none: empty)."""
+    import torch
+
+    return {name: torch.tensor([[rows, cols]] * batch, dtype=torch.int32) for name in PATCH_GRID_KEYS if name in params}

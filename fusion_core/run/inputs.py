@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..families._sample_inputs import config_value
+from ..families._sample_inputs import config_value, patch_grids
 from ..model.limits import MAX_INPUT_FRAMES, MAX_INPUT_SIDE
 
 if TYPE_CHECKING:
@@ -328,10 +328,8 @@ def _pixel_inputs(
             yield ModelInputs("", {key: clip, **extra}, "video", [note])
     if len(kernel) == 2:
         image = torch.randn(n, channels, height, width, generator=gen).to(dtype)
-        for name in ("target_sizes", "tgt_sizes"):  # each image's patch grid (MiniCPM-V's towers)
-            if name in params:
-                grid = [height // int(kernel[0]), width // int(kernel[1])]
-                extras = [{**e, name: torch.tensor([grid] * n, dtype=torch.int32)} for e in extras]
+        grids = patch_grids(params, n, height // int(kernel[0]), width // int(kernel[1]))  # MiniCPM-V's towers
+        extras = [{**e, **grids} for e in extras]
         for extra in extras:
             text = f", {extra['input_ids'].shape[1]} text tokens" if "input_ids" in extra else ""
             yield ModelInputs(
@@ -619,13 +617,15 @@ def _series_inputs(entry: nn.Module, params: dict, gen: Any, dtype: Any, workloa
     from .results import FedInput
 
     config = entry.config
-    patch = config_value(config, "patch_length", "patch_len")
-    patch = int(patch) if isinstance(patch, int) and not isinstance(patch, bool) and patch > 0 else 1
-    steps = config_value(config, "context_length", "context_len")
-    steps = int(steps) if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else 4 * patch
+
+    def count(*names: str, default: int) -> int:  # a positive integer of the config, else ``default``
+        value = config_value(config, *names)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+    patch = count("patch_length", "patch_len", default=1)
+    steps = count("context_length", "context_len", default=4 * patch)
     steps = max(patch, min(steps, MAX_SERIES_STEPS) // patch * patch)
-    channels = config_value(config, "num_input_channels", "input_size")
-    channels = int(channels) if isinstance(channels, int) and not isinstance(channels, bool) and channels > 0 else 1
+    channels = count("num_input_channels", "input_size", default=1)
     n = max(1, workload.batch)
     series = torch.randn(n, steps, channels, generator=gen).to(dtype if dtype is not None else torch.float32)
     for values in (series, series[..., 0]):

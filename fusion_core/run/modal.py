@@ -16,6 +16,7 @@ such modality, a processor that fails, inputs the model refuses) is an error.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -586,11 +587,11 @@ def _counted_audio(
     taken = dict(inspect.signature(features_of).parameters)
     if not any(key_modality(k) == "audio" for k in taken):  # a wrapper's (*args, **kwargs): the forward's names
         taken = params
-    made_all = list(audio_inputs(entry, taken, _generator(workload.seed), dtype, workload))
-    tries = [
+    made_all = audio_inputs(entry, taken, _generator(workload.seed), dtype, workload)
+    tries = (  # (not those the forward names otherwise)
         (m, kept) for m in made_all if len(kept := {k: v for k, v in m.kwargs.items() if k in params}) == len(m.kwargs)
-    ]
-    made, kept, count = _first_counted(features_of, tries, "audio")  # the forward names some features otherwise
+    )
+    made, kept, count = _first_counted(features_of, tries, "audio")
     ids = _with_tokens(kept, params, config, workload, audio_id, count, n)
     shape = next(iter(kept.values())).shape
     fed = [
@@ -601,9 +602,9 @@ def _counted_audio(
     return ModelInputs(entry_path, kept, label, [note], fed=fed)
 
 
-def _first_counted(features_of: Any, tries: list[tuple[Any, dict[str, Any]]], what: str) -> tuple[Any, dict, int]:
-    """The first of ``tries`` (``(what was made, the keyword arguments)``) that ``features_of``
-    takes, with how many features it made.
+def _first_counted(features_of: Any, tries: Iterable[tuple[Any, dict[str, Any]]], what: str) -> tuple[Any, dict, int]:
+    """The first of ``tries`` (``(what was made, the keyword arguments)``, made as they are
+    tried) that ``features_of`` takes, with how many features it made.
 
     Raises:
         CheckError: it takes none of them (the first two errors are named).
@@ -683,7 +684,7 @@ def _counted_clip(
         size = f"{frames} frames of {side}x{side} px"
     gen = _generator(workload.seed)
     float_dtype = dtype if dtype is not None else torch.float32
-    tries = [(p, {arg: p}) for p in (torch.randn(shape, generator=gen).to(float_dtype) for shape in shapes)]
+    tries = ((p, {arg: p}) for p in (torch.randn(shape, generator=gen).to(float_dtype) for shape in shapes))
     pixels, _, count = _first_counted(features_of, tries, f"{kind} pixels")
     kept: dict[str, Any] = {keys[0]: pixels}
     ids = _with_tokens(kept, params, config, workload, token_id, count, n)
