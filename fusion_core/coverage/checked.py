@@ -120,14 +120,6 @@ def _check_variant(model_type: str, how: str, config: Any, family_names: Sequenc
         return _result(model_type, NOT_BUILT, why, variant=how)
     if params > MAX_PARAMS:
         return None
-    import transformers
-
-    if getattr(transformers, cls.__name__, None) is not cls:
-        why = (
-            f"its model class {cls.__name__} is a part of another architecture that transformers does not "
-            "export: a checkpoint of it alone cannot be opened (it is checked inside the models that hold it)"
-        )
-        return _result(model_type, NOT_BUILT, why, variant=how, params=params, model_class=cls.__name__)
     folder = tempfile.mkdtemp(prefix=f"fusion-coverage-{model_type[:40]}-")
     try:
         try:

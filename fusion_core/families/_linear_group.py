@@ -462,6 +462,8 @@ def _group_samples(
                 kwargs[name] = torch.arange(seq, device=workload.device).expand(*lead[:-1], seq)
             elif name in _KEY_VALUE and p.default is inspect.Parameter.empty:
                 kwargs[name] = x  # attention called as (query, key, value): SAM's, self-attention here
+            elif name in _CONTEXT and p.default is inspect.Parameter.empty:
+                kwargs[name] = s.randn(workload, gen, *lead, _context_width(module, hidden))  # a perceiver's
             elif p.default is inspect.Parameter.empty:
                 kwargs[name] = None  # masks, caches: None means "none" in transformers' modules
         label = f"hidden states {tuple(x.shape)}" + (f" with {', '.join(kwargs)}" if kwargs else "")
@@ -469,10 +471,26 @@ def _group_samples(
         if isinstance(kwargs.get("position_embeddings"), tuple):  # or added to the states (DETRs)
             added = {**kwargs, "position_embeddings": s.randn(workload, gen, *lead, hidden)}
             cands.append((f"{label} (added to the states)", ((x,), added)))
+        optional = [n for n in names[1:] if n in _CONTEXT and n not in kwargs]
+        if optional:  # cross-attention: the other sequence is optional in the signature, needed in the body
+            other = s.randn(workload, gen, *lead[:-1], max(1, seq // 2), _context_width(module, hidden))
+            cands.append((f"{label} and {optional[0]} {tuple(other.shape)}", ((x,), {**kwargs, optional[0]: other})))
     return cands
 
 
 _KEY_VALUE = ("key", "value", "keys", "values")
+#: the other sequence of a cross-attention or perceiver
+_CONTEXT = ("encoder_hidden_states", "context", "key_value_states", "cross_attention_states")
+_KEY_NAMES = ("k_proj", "key", "k", "to_k", "kv_proj", "kv")
+
+
+def _context_width(module: nn.Module, hidden: int) -> int:
+    """The width the keys are projected from: the key projection's input size, else ``hidden``."""
+    for name in _KEY_NAMES:
+        width = getattr(module._modules.get(name), "in_features", None)  # a Linear, or a fused member's alias
+        if isinstance(width, int):
+            return width
+    return hidden
 
 
 __all__ = ["FusedLinearGroupMixin", "LinearAlias", "LinearGroup", "LinearGroupFusion", "concat_linears"]

@@ -26,7 +26,9 @@ def model_class_for(config: PretrainedConfig, override: str | None = None) -> ty
     """The class to build: ``override``, else ``config.architectures[0]``, else the Auto class.
 
     Names from the config only ever select ``PreTrainedModel`` subclasses exported by
-    transformers; custom classes (``auto_map``) fall through to the Auto class.
+    transformers, or defined for exactly this config class in transformers' own modeling
+    module of it (a part saved alone: a vision tower, a decoder); custom classes
+    (``auto_map``) fall through to the Auto class.
 
     Args:
         config: the config object.
@@ -51,6 +53,9 @@ def model_class_for(config: PretrainedConfig, override: str | None = None) -> ty
             and cls is not transformers.PreTrainedModel
         ):
             return cls
+        part = _declared_class(config, name) if ok else None
+        if part is not None:  # a part saved alone (a vision tower): its class is not exported
+            return part
         if override:
             raise ConfigError(f"unknown model class {override!r}: not a model class transformers ships")
     from transformers.models.auto import modeling_auto as ma
@@ -110,7 +115,13 @@ def resolve_model_class(config: Any) -> tuple[type, str]:
     raise ConfigError(f"no transformers model class for model_type {config.model_type!r}")
 
 
-def _declared_class(config: Any) -> type | None:
+def _declared_class(config: Any, name: str | None = None) -> type | None:
+    """A model class of transformers' own modeling module for ``config``'s class (named ``name``).
+
+    Sub-configs (a vision encoder's) have no Auto entry and their classes are not exported;
+    only a ``PreTrainedModel`` subclass defined in that module for exactly this config class
+    is returned, so a name from config.json never reaches anything else.
+    """
     from transformers import PreTrainedModel
 
     config_module = type(config).__module__
@@ -127,6 +138,7 @@ def _declared_class(config: Any) -> type | None:
         and issubclass(v, PreTrainedModel)
         and v.__module__ == modeling.__name__
         and getattr(v, "config_class", None) is type(config)
+        and (name is None or v.__name__ == name)
     ]
     # a bare model before one with a head ("...ForXxx")
     found.sort(key=lambda c: ("For" in c.__name__, c.__name__.endswith("PreTrainedModel")))

@@ -572,6 +572,15 @@ def candidate_inputs(
         kwargs: dict[str, Any] = {"input_ids": ids, **common}
         if "attention_mask" in params:
             kwargs["attention_mask"] = torch.ones_like(ids)
+        width = _cross_width(entry) if "encoder_hidden_states" in params else None
+        if width is not None:  # a decoder alone: what its cross-attention reads, or that is never run
+            states = torch.randn(ids.shape[0], max(1, length // 2), width, generator=_generator(seed + 1)).to(dtype)
+            yield ModelInputs(
+                entry_path,
+                {**kwargs, "encoder_hidden_states": states},
+                "text",
+                [f"{ids.shape[0]} x {ids.shape[1]} text tokens, encoder states {tuple(states.shape)}"],
+            )
         yield ModelInputs(entry_path, kwargs, "text", [f"{ids.shape[0]} x {ids.shape[1]} text tokens"])
         if "decoder_input_ids" in params:  # an encoder-decoder that does not derive them itself
             start = _decoder_start(entry.config)
@@ -603,6 +612,21 @@ def candidate_inputs(
             f"cannot make inputs for {type(entry).__name__}.forward({', '.join(params)}): "
             "no pixel_values, pixel_values_videos, input_ids or past_values"
         )
+
+
+_CROSS_NAMES = ("encoder_attn", "crossattention", "cross_attn", "cross_attention")
+
+
+def _cross_width(entry: nn.Module) -> int | None:
+    """The width of the encoder states a decoder's cross-attention reads (its key projection's
+    input size); ``None`` when it has no cross-attention."""
+    for path, module in entry.named_modules():
+        if path.rsplit(".", 1)[-1] in _CROSS_NAMES:
+            for key in ("k_proj", "key", "k"):
+                width = getattr(module._modules.get(key), "in_features", None)
+                if isinstance(width, int):
+                    return width
+    return None
 
 
 MAX_SERIES_STEPS = 512  # a time series' context made here (TimesFM 2.5's default context is 16384 steps)

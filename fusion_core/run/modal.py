@@ -260,8 +260,8 @@ def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
     """What config-built inputs feed, read from their tensors."""
     kw = inputs.kwargs
     fed = []
-    if "image_grid_thw" in kw:
-        g = kw["image_grid_thw"]
+    if "image_grid_thw" in kw or "grid_thw" in kw:  # grid_thw: a vision tower alone
+        g = kw.get("image_grid_thw", kw.get("grid_thw"))
         fed.append(
             FedInput(label, "image", int(g.shape[0]), f"grid {'x'.join(map(str, g[0].tolist()))} patches", "synthetic")
         )
@@ -297,6 +297,8 @@ def _label(inputs: ModelInputs) -> str:
         kinds.append("video")
     if any(key_modality(k) == "audio" for k in kw):
         kinds.append("audio")
+    if "grid_thw" in kw:  # a vision tower alone: flattened patches and their grid
+        kinds.append("image")
     kinds = list(dict.fromkeys(kinds))
     if "input_ids" in kw:
         kinds.append("text")

@@ -290,6 +290,32 @@ def test_a_forecaster_is_fed_a_time_series_of_its_context(model_type) -> None:
     assert result["input_kinds"] == ["time series"]
 
 
+@pytest.mark.parametrize(
+    ("model_type", "kinds"),
+    [
+        # a vision tower alone takes flattened patches and their grid: an image, named so
+        ("qwen2_vl_vision", ["image"]),
+        ("idefics2_vision", ["image"]),
+        # a decoder alone gets encoder states of its cross-attention's width, so that runs too
+        ("canary_decoder", ["text"]),
+    ],
+)
+def test_a_part_saved_alone_is_opened_and_checked_end_to_end(model_type, kinds) -> None:
+    """Classes transformers does not export (a vision tower, a decoder) are still what a user
+    saves alone; they open through their config's own modeling module and run end to end."""
+    result = check_type(model_type, ["patch_embeddings", "patch_embeddings_2d", "qkv", "gate_up"], 0)
+    assert result["status"] == VERIFIED, result["reason"]
+    assert result["input_kinds"] == kinds
+
+
+def test_a_perceivers_attention_gets_its_context() -> None:
+    """Idefics2's perceiver attention takes (latents, context), both required: its sample inputs
+    give both, so it is verified on them (the resampler alone takes no input made here)."""
+    result = check_type("idefics2_perceiver", ["qkv", "gate_up"], 0)
+    assert result["status"] == FALLBACK, result["reason"]
+    assert result["reason"].startswith("end to end not run (not run: Idefics2PerceiverResampler: ")
+
+
 def test_a_wrong_fusion_is_failed_with_the_module_named() -> None:
     from _wrong_family import wrong_family
 

@@ -283,3 +283,27 @@ def test_arch_opens_a_vision_sub_config_the_coverage_scan_knows():
     plan = insp.plan({"patch_embeddings": True})
     assert [m.path for m in plan.families[0].discovery.matches] == ["patch_embed"]
     assert plan.rows("load")[0]["target_shape"] == [1280, 1176]
+
+
+def test_a_part_saved_alone_opens_through_its_own_modeling_module(tmp_path):
+    """A vision tower saved alone names a class transformers does not export; it is found in
+    the config's own modeling module, and only there: the same name in another model's
+    config.json selects nothing."""
+    import torch
+    from transformers import Idefics2Config, LlamaConfig
+
+    from fusion_core import inspect_model
+
+    vision = Idefics2Config().vision_config
+    vision.update({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2})
+    vision.update({"image_size": 28, "patch_size": 14})
+    torch.manual_seed(0)
+    from transformers.models.idefics2.modeling_idefics2 import Idefics2VisionTransformer
+
+    Idefics2VisionTransformer(vision).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["Idefics2VisionTransformer"]
+    insp = inspect_model(str(tmp_path))
+    assert insp.source.model_class is Idefics2VisionTransformer
+    assert [m.path for m in insp.discovery("patch_embeddings_2d").matches] == ["embeddings"]
+    other = LlamaConfig(**{**TINY_LLAMA, "architectures": ["Idefics2VisionTransformer"]})
+    assert model_class_for(other).__name__ == "LlamaModel"
