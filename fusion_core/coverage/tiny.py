@@ -411,7 +411,7 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
         if plan and text_plan and sub is not text:
             # a tower's second width, quoted from no config (a default config whose tower
             # projects to another size of the language model): the language model's width
-            for key in (*_WIDTH_KEYS, "out_hidden_size", "text_hidden_size", "output_hidden_size"):
+            for key in (*_WIDTH_KEYS, "out_hidden_size", "text_hidden_size", "output_hidden_size", "output_dim"):
                 if key in own or not _int(sub.get(key)) or sub[key] in widths or sub[key] == plan["width"]:
                     continue
                 sub[key] = text_plan["new_width"]

@@ -232,6 +232,10 @@ def _as_taken(out: dict[str, Any], params: Any) -> dict[str, Any]:
         same = [k for k in out if key_modality(k) == kind and k not in params]
         if len(free) == 1 and len(same) == 1:
             renamed[free[0]] = renamed.pop(key)
+    for key in out:  # a vision tower alone takes its medium's grid as ``grid_thw`` (Cosmos3-Edge)
+        bare = key.removeprefix("image_").removeprefix("video_")
+        if bare != key and key not in params and bare in params and bare not in renamed:
+            renamed[bare] = renamed.pop(key)
     return renamed
 
 
