@@ -465,7 +465,10 @@ def _pixel_shuffle_grid(dicts: list[dict[str, Any]]) -> None:
 def _quoted_widths(d: dict[str, Any], widths: dict[int, int], own: set[str]) -> None:
     """A width this config quotes from another (a projector's output size) follows that config."""
     for key, value in list(d.items()):
-        if key in own or not (_WIDTHISH_RE.search(key) or key.endswith(("groups", "features"))):
+        if key in own or not (_WIDTHISH_RE.search(key) or key.endswith(("groups", "features", "pos_feats"))):
+            continue
+        if key.endswith("pos_feats") and _int(value) and 2 * value in widths:
+            d[key] = widths[2 * value] // 2  # sine positions: half the width per axis (SAM's num_pos_feats)
             continue
         if _NOT_WIDTH_RE.search(key):
             continue

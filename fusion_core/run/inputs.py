@@ -557,6 +557,9 @@ def candidate_inputs(
         for inputs in _pixel_inputs(entry, conv, key, params, _generator(seed), dtype, workload):
             inputs.entry = entry_path
             inputs.kwargs.update(common)
+            masked = _with_mask_prompt(entry.config, inputs, key, params, seed, dtype)
+            if masked is not None:  # a segmenter's mask prompt first: its mask embedding runs too
+                yield masked
             yield inputs
     for inputs in audio_inputs(entry, params, gen, dtype, workload):
         found = True
@@ -572,16 +575,19 @@ def candidate_inputs(
         kwargs: dict[str, Any] = {"input_ids": ids, **common}
         if "attention_mask" in params:
             kwargs["attention_mask"] = torch.ones_like(ids)
+        rows = [(kwargs, f"{ids.shape[0]} x {ids.shape[1]} text tokens")]
+        books = config_value(entry.config, "num_codebooks")
+        if isinstance(books, int) and books > 1 and "decoder_input_ids" not in params:
+            # a codebook decoder alone takes one row per codebook (MusicGen's), tried first
+            coded = {**kwargs, "input_ids": ids.repeat_interleave(books, dim=0)}
+            rows.insert(0, (coded, f"{ids.shape[0]} x {ids.shape[1]} tokens in each of {books} codebooks"))
         width = _cross_width(entry) if "encoder_hidden_states" in params else None
-        if width is not None:  # a decoder alone: what its cross-attention reads, or that is never run
-            states = torch.randn(ids.shape[0], max(1, length // 2), width, generator=_generator(seed + 1)).to(dtype)
-            yield ModelInputs(
-                entry_path,
-                {**kwargs, "encoder_hidden_states": states},
-                "text",
-                [f"{ids.shape[0]} x {ids.shape[1]} text tokens, encoder states {tuple(states.shape)}"],
-            )
-        yield ModelInputs(entry_path, kwargs, "text", [f"{ids.shape[0]} x {ids.shape[1]} text tokens"])
+        for row, note in rows:
+            if width is not None:  # a decoder alone: what its cross-attention reads, or that is never run
+                states = torch.randn(ids.shape[0], max(1, length // 2), width, generator=_generator(seed + 1))
+                with_states = {**row, "encoder_hidden_states": states.to(dtype)}
+                yield ModelInputs(entry_path, with_states, "text", [f"{note}, encoder states {tuple(states.shape)}"])
+            yield ModelInputs(entry_path, row, "text", [note])
         if "decoder_input_ids" in params:  # an encoder-decoder that does not derive them itself
             start = _decoder_start(entry.config)
             decoder = torch.cat([torch.full_like(ids[:, :1], start), ids[:, : max(1, min(7, length - 1))]], dim=1)
@@ -608,10 +614,68 @@ def candidate_inputs(
             inputs.kwargs.update(common)
             yield inputs
     if not found:
+        for inputs in _state_inputs(entry, params, _generator(seed), dtype, workload):
+            found = True
+            inputs.entry = entry_path
+            inputs.kwargs.update(common)
+            yield inputs
+    if not found:
         raise ValueError(
             f"cannot make inputs for {type(entry).__name__}.forward({', '.join(params)}): "
-            "no pixel_values, pixel_values_videos, input_ids or past_values"
+            "no pixel_values, pixel_values_videos, input_ids, past_values or inputs_embeds"
         )
+
+
+#: what a part of a model (a decoder alone, a perceiver, an encoder behind a projector) takes
+#: in place of tokens or pixels: a sequence of vectors
+_STATE_KEYS = ("inputs_embeds", "input_embeds", "context", "patch_embeds", "hidden_states")
+
+
+def _state_inputs(entry: nn.Module, params: dict, gen: Any, dtype: Any, workload: Workload) -> Iterator[ModelInputs]:
+    """Embeddings ``(batch, steps, width)`` for a part of a model whose forward takes vectors,
+    not tokens or pixels: the width from its config, else its first Linear's or LayerNorm's
+    input size (each tried), with the masks and positions its forward requires."""
+    import torch
+    from torch import nn
+
+    from .results import FedInput
+
+    key = next((k for k in _STATE_KEYS if k in params), None)
+    if key is None or (key == "hidden_states" and next(iter(params)) != key):
+        return
+    widths = [config_value(entry.config, "hidden_size", "d_model", "embed_dim")]
+    widths.append(next((m.in_features for m in entry.modules() if isinstance(m, nn.Linear)), None))
+    widths.append(next((m.normalized_shape[-1] for m in entry.modules() if isinstance(m, nn.LayerNorm)), None))
+    n, steps = max(1, workload.batch), min(workload.seq_len or DEFAULT_SEQ_LEN, _max_text(entry.config))
+    float_dtype = dtype if dtype is not None else torch.float32
+    for width in dict.fromkeys(w for w in widths if isinstance(w, int) and w > 0):
+        kwargs: dict[str, Any] = {key: torch.randn(n, steps, width, generator=gen).to(float_dtype)}
+        for name, p in params.items():
+            if name == key or p.default is not inspect.Parameter.empty:
+                continue
+            if "mask" in name:
+                kwargs[name] = torch.ones(n, steps, dtype=torch.long)
+            elif name == "position_ids":
+                kwargs[name] = torch.arange(steps).expand(n, steps)
+        size = f"{steps} x {width}"
+        fed = [FedInput("embeddings", "embeddings", n, size, "synthetic")]
+        yield ModelInputs("", kwargs, "embeddings", [f"{n} sequence(s) of {size} embeddings in {key}"], fed=fed)
+
+
+def _with_mask_prompt(
+    config: Any, inputs: ModelInputs, key: str, params: dict, seed: int, dtype: Any
+) -> ModelInputs | None:
+    """``inputs`` with a mask prompt, for a promptable segmenter (SAM's ``input_masks``): one low-
+    resolution mask per image, four times the side of its image embedding (patches per side)."""
+    import torch
+
+    pixels, patch = inputs.kwargs.get(key), config_value(config, "patch_size")
+    if "input_masks" not in params or pixels is None or pixels.dim() != 4 or not isinstance(patch, int) or patch < 1:
+        return None
+    side = 4 * (int(pixels.shape[-1]) // patch)
+    mask = torch.randn(pixels.shape[0], 1, side, side, generator=_generator(seed + 2)).to(dtype)
+    notes = [*inputs.notes, f"a mask prompt of {side}x{side} per image"]
+    return ModelInputs(inputs.entry, {**inputs.kwargs, "input_masks": mask}, inputs.kind, notes)
 
 
 _CROSS_NAMES = ("encoder_attn", "crossattention", "cross_attn", "cross_attention")

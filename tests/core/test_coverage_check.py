@@ -308,12 +308,50 @@ def test_a_part_saved_alone_is_opened_and_checked_end_to_end(model_type, kinds) 
     assert result["input_kinds"] == kinds
 
 
-def test_a_perceivers_attention_gets_its_context() -> None:
-    """Idefics2's perceiver attention takes (latents, context), both required: its sample inputs
-    give both, so it is verified on them (the resampler alone takes no input made here)."""
-    result = check_type("idefics2_perceiver", ["qkv", "gate_up"], 0)
-    assert result["status"] == FALLBACK, result["reason"]
-    assert result["reason"].startswith("end to end not run (not run: Idefics2PerceiverResampler: ")
+@pytest.mark.parametrize(
+    ("model_type", "kinds"),
+    [
+        # the processor writes image_grid_thw, the tower alone takes grid_thw
+        ("cosmos3_edge_vision", ["image"]),
+        # a decoder alone over a sequence of vectors, and a perceiver's (context, attention_mask)
+        ("blt_global_transformer", ["embeddings"]),
+        ("idefics2_perceiver", ["embeddings"]),
+        # one row of tokens per codebook, and encoder states for its cross-attention
+        ("musicgen_decoder", ["text"]),
+        # the default config projects audio to 3584 for a 2048-wide text model: the tiny one follows the text
+        ("qwen3_asr", ["audio", "text"]),
+    ],
+)
+def test_parts_and_odd_inputs_run_end_to_end(model_type, kinds) -> None:
+    result = check_type(model_type, ["patch_embeddings", "patch_embeddings_2d", "qkv", "gate_up"], 0)
+    assert result["status"] == VERIFIED, result["reason"]
+    assert result["input_kinds"] == kinds
+
+
+def test_a_segmenters_mask_prompt_runs_its_mask_embedding() -> None:
+    """SAM takes a low-resolution mask prompt (four times its image embedding's side): the first
+    image run gives one, so ``prompt_encoder.mask_embed`` is called end to end."""
+    import torch
+    from transformers import SamConfig, SamModel
+
+    from fusion_core.run.inputs import candidate_inputs
+
+    config = SamConfig(
+        vision_config={"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 64,
+                       "output_channels": 16, "mlp_dim": 64, "global_attn_indexes": [0], "window_size": 2,
+                       "num_pos_feats": 8},
+        prompt_encoder_config={"hidden_size": 16, "image_size": 64, "image_embedding_size": 4},
+        mask_decoder_config={"hidden_size": 16, "num_attention_heads": 2, "mlp_dim": 32, "iou_head_hidden_dim": 16},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = SamModel(config).eval()
+    first = next(candidate_inputs(model, ["vision_encoder.patch_embed", "prompt_encoder.mask_embed"]))
+    assert tuple(first.kwargs["input_masks"].shape) == (1, 1, 16, 16)
+    called = []
+    model.prompt_encoder.mask_embed.register_forward_hook(lambda *_: called.append(True))
+    with torch.inference_mode():
+        model(**first.kwargs)
+    assert called
 
 
 def test_a_wrong_fusion_is_failed_with_the_module_named() -> None:
