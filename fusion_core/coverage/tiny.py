@@ -55,7 +55,8 @@ _INDEX_RE = re.compile(
 )  # layer indices (not feature levels: RT-DETR's encode_proj_layers)
 _HEAD_DIM_RE = re.compile(r"(^|_)(head_dim|dim_head|rope_head_dim|nope_head_dim|rotary_dim)$")
 _FFN_RE = re.compile(r"intermediate|ffn|(^|_)d_ff$|^n_inner$|feedforward|mlp_dim|lora_rank")
-_LAYER_POINT_RE = re.compile(r"^(merge|layer|block)_(index|idx)$")  # one layer's index (SegGPT's merge_index)
+#: one layer's index (SegGPT's merge_index, MiniCPM-V's insert_layer_id: where its merger runs)
+_LAYER_POINT_RE = re.compile(r"^(merge|layer|block|insert_layer)_(index|idx|id)$")
 _WIDTHISH_RE = re.compile(r"(hidden|dim|size|channels)")
 _NOT_WIDTH_RE = re.compile(
     r"vocab|image|patch|position|window|chunk|kernel|max_|^num_|sampling|pool|stride|token|length|"
@@ -389,6 +390,10 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
         old = max(cut)
         for sub, own in zip(dicts, cuts, strict=True):
             _feature_layers(sub, cut[old], old, bool(own))
+    for key, value in list(d.items()):  # a layer index the top level hands down (MiniCPM-V's insert_layer_id)
+        moved = [s[key] for s in dicts[1:] if s is not d and _int(s.get(key)) and s[key] != value]
+        if _int(value) and _LAYER_POINT_RE.search(key) and moved:
+            d[key] = moved[0]
     _pixel_shuffle_grid(dicts)
     for sub in dicts:
         if "sliding_window" in sub and sub["sliding_window"] is None and "layer_types" in sub:

@@ -259,6 +259,8 @@ class PatchCall:
         if name.startswith("__") or name in PatchCall.__slots__:  # copy, pickle, an unset slot
             raise AttributeError(name)
         module = self._host._modules[self._name]
+        if name == "weight" and type(module) is PatchLinear:
+            return _conv_shaped(module)
         try:
             return getattr(module, name)
         except AttributeError:
@@ -269,6 +271,19 @@ class PatchCall:
 
     def __repr__(self) -> str:
         return f"PatchCall({self._name!r}: {self._host._modules[self._name]!r})"
+
+
+def _conv_shaped(linear: PatchLinear) -> torch.Tensor:
+    """The Linear's weight as the Conv's ``(out, in, *kernel)``, sharing its storage: code that
+    reads the Conv's weight shape (ViLT's ``_, _, ph, pw = projection.weight.shape``) or
+    initializes it in place (CLIP's ``_init_weights``) still works. Detached (a leaf), with
+    transformers' "already initialized" mark of the parameter, so a loaded weight is not
+    initialized again through it."""
+    weight = linear.weight
+    view = weight.detach().view(linear.out_channels, linear.in_channels, *linear.kernel_size)
+    if getattr(weight, "_is_hf_initialized", False):
+        view._is_hf_initialized = True
+    return view
 
 
 class ConvPatchFusion(FusionSpec):

@@ -161,7 +161,7 @@ def _grid_inputs(
     config = entry.config
     kernel = tuple(conv.kernel_size)
     channels = int(conv.in_channels)
-    merge = int(config_value(config, "spatial_merge_size") or 1)
+    merge = _merge(config)
     size = workload.image_size or _size(config_value(config, "image_size")) or DEFAULT_GRID_IMAGE_SIZE
     h = max(merge, size // kernel[-1] // merge * merge)
     # without an explicit size, one merge unit wider than high: a swapped (h, w) layout shows
@@ -217,7 +217,7 @@ def video_grid_inputs(
     config = entry.config
     kernel = tuple(conv.kernel_size)
     channels, (tps, ps) = int(conv.in_channels), (kernel[0], kernel[-1])
-    merge = int(config_value(config, "spatial_merge_size") or 1)
+    merge = _merge(config)
     dtype = next((p.dtype for p in entry.parameters() if p.is_floating_point()), None)
     n = max(1, workload.batch)
     unit = ps * merge
@@ -527,6 +527,7 @@ def candidate_inputs(
         inputs.entry = entry_path
         inputs.kwargs.update(common)
         yield inputs
+        yield from _patches_as_images(entry, conv, params, gen, dtype, workload, inputs)
         if "pixel_values_videos" in params and "video_grid_thw" in params:
             try:
                 video = video_grid_inputs(entry, conv, params, workload)
@@ -551,6 +552,14 @@ def candidate_inputs(
         key = "hidden_states" if "hidden_states" in params else "pixel_values"
         kwargs = {key: inputs.kwargs["pixel_values"], "grid_thw": inputs.kwargs["image_grid_thw"]}
         yield ModelInputs(entry_path, kwargs, "vision-tower", inputs.notes)
+        for made in _patches_as_images(entry, conv, {}, gen, dtype, workload, inputs):
+            shaped = {key: made.kwargs["pixel_values"], "grid_thw": made.kwargs["image_grid_thw"]}
+            yield ModelInputs(entry_path, shaped, "vision-tower", made.notes)
+    elif conv is None and "pixel_values" in params and ("grid_thw" in params or "image_grid_thw" in params):
+        found = True  # a vision tower alone whose patch embedding is a Linear: flattened patches and their grid
+        key = "grid_thw" if "grid_thw" in params else "image_grid_thw"
+        for flat, grid, what in flat_grid_pixels(entry, entry.config, gen, dtype, workload):
+            yield ModelInputs(entry_path, {"pixel_values": flat, key: grid, **common}, "vision-tower", [what])
     elif conv is not None and len(conv.kernel_size) in (2, 3) and any(k in params for k in _PIXEL_KEYS):
         found = True
         key = next(k for k in _PIXEL_KEYS if k in params)
@@ -676,6 +685,67 @@ def _with_mask_prompt(
     mask = torch.randn(pixels.shape[0], 1, side, side, generator=_generator(seed + 2)).to(dtype)
     notes = [*inputs.notes, f"a mask prompt of {side}x{side} per image"]
     return ModelInputs(inputs.entry, {**inputs.kwargs, "input_masks": mask}, inputs.kind, notes)
+
+
+def _patches_as_images(
+    entry: nn.Module, conv: nn.Module, params: dict, gen: torch.Generator, dtype: Any, workload: Workload,
+    inputs: ModelInputs,
+) -> Iterator[ModelInputs]:  # fmt: skip
+    """For a grid model whose Conv2d embeds each patch as a small image (Kimi-K2.5): ``inputs``'
+    patches shaped ``(patches, channels, p, p)``, then the same on a square grid (its position
+    table may hold only square grids)."""
+    if len(conv.kernel_size) != 2:
+        return
+    shape = (int(conv.in_channels), *map(int, conv.kernel_size))
+    for made in (inputs, _grid_inputs(entry, conv, params, gen, dtype, _square(workload, inputs, conv))):
+        kwargs = {**inputs.kwargs, **made.kwargs, "pixel_values": made.kwargs["pixel_values"].reshape(-1, *shape)}
+        yield ModelInputs(inputs.entry, kwargs, inputs.kind, [*made.notes, "each patch as a small image"])
+
+
+def _merge(config: Any) -> int:
+    """Patches merged per side into one token (``spatial_merge_size``; Kimi-K2.5's ``merge_kernel_size`` [2, 2])."""
+    merge = config_value(config, "spatial_merge_size", "merge_kernel_size")
+    merge = merge[0] if isinstance(merge, (list, tuple)) and merge else merge
+    return int(merge) if isinstance(merge, int) and merge > 0 else 1
+
+
+def _square(workload: Workload, inputs: ModelInputs, conv: nn.Module) -> Workload:
+    """``workload`` with the side of ``inputs``' grid height in pixels: the next grid is square."""
+    import dataclasses
+
+    rows = int(inputs.kwargs["image_grid_thw"][0, 1])
+    return dataclasses.replace(workload, image_size=rows * int(conv.kernel_size[-1]))
+
+
+def flat_grid_pixels(
+    tower: nn.Module, config: Any, gen: torch.Generator, dtype: Any, workload: Workload
+) -> Iterator[tuple[Any, Any, str]]:
+    """Flattened patches and their grid ``(t, h, w)`` for a vision tower whose patch embedding is
+    a Linear over ``channels x temporal x patch x patch`` values (MuseSpark, Inkling2, Kimi-K2.5's
+    towers), as ``(pixel_values, grid_thw, what)``: one image of the config's size (square, then
+    one merge unit wider than high), for each patch width the config or the first Linear gives."""
+    import torch
+    from torch import nn
+
+    patch = _size(config_value(config, "patch_size"))
+    if not patch:
+        return
+    merge = _merge(config)
+    channels = int(config_value(config, "num_channels", "in_channels") or 3)
+    temporal = int(config_value(config, "temporal_patch_size", "patch_temporal") or 1)
+    first = next((m.in_features for m in tower.modules() if isinstance(m, nn.Linear)), None)
+    widths = [channels * temporal * patch * patch]
+    if isinstance(first, int) and first % (patch * patch) == 0:
+        widths.append(first)
+    size = workload.image_size or min(_size(config_value(config, "image_size")) or DEFAULT_GRID_IMAGE_SIZE, 448)
+    h = max(merge, size // patch // merge * merge)
+    n = max(1, workload.batch)
+    float_dtype = dtype if dtype is not None else torch.float32
+    for width in dict.fromkeys(widths):
+        for w in dict.fromkeys((h, h + merge)):
+            flat = torch.randn(n * h * w, width, generator=gen).to(float_dtype)
+            grid = torch.tensor([[1, h, w]] * n)
+            yield flat, grid, f"{n} image(s) of {h * patch}x{w * patch} px as {h * w} patches of {width} values"
 
 
 _CROSS_NAMES = ("encoder_attn", "crossattention", "cross_attn", "cross_attention")

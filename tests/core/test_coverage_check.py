@@ -131,6 +131,20 @@ def test_a_layer_index_below_a_list_of_them_stays_below() -> None:
     assert SegGptConfig().merge_index == 2
 
 
+@pytest.mark.parametrize("model_type", ["minicpmv4_6_vision", "minicpmv4_6"])
+def test_the_layer_a_merger_runs_after_is_moved_into_the_new_depth(model_type) -> None:
+    """MiniCPM-V's tower runs its merger after layer ``insert_layer_id`` (6 of 12): kept at 6 in
+    a 2-layer tower, the merger would never run. The full model hands its own value down to the
+    tower's config, so both move."""
+    from transformers import CONFIG_MAPPING
+
+    assert CONFIG_MAPPING[model_type]().insert_layer_id == 6
+    for how, config in tiny_configs(model_type):
+        tower = getattr(config, "vision_config", None) or config
+        assert tower.insert_layer_id < tower.num_hidden_layers, how
+        assert config.insert_layer_id == tower.insert_layer_id, how
+
+
 def test_a_pixel_shuffle_gets_a_patch_grid_it_divides() -> None:
     """Idefics3's default config: 224 / 32 = 7 patches a side, shuffled by 2; every variant gets
     8 a side (256 px), and a grid that already divides is left as it is."""
@@ -313,6 +327,12 @@ def test_a_part_saved_alone_is_opened_and_checked_end_to_end(model_type, kinds) 
     [
         # the processor writes image_grid_thw, the tower alone takes grid_thw
         ("cosmos3_edge_vision", ["image"]),
+        # no processor here, a Linear patch embedding: flattened patches of the config's size and their grid
+        ("muse_glimmer_vision", ["image"]),
+        # a Conv2d over each patch, a position table of square grids: patches as small images, a square grid
+        ("kimi_k25_vision", ["image"]),
+        # ViLT reads its patch Conv's weight shape: the fused host's old name gives the Conv's shape
+        ("vilt", ["image", "text"]),
         # a decoder alone over a sequence of vectors, and a perceiver's (context, attention_mask)
         ("blt_global_transformer", ["embeddings"]),
         ("idefics2_perceiver", ["embeddings"]),
