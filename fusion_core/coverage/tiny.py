@@ -403,6 +403,7 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
             sub["sliding_window"] = UNSET_WINDOW
     _pooled_grid(dicts)  # (widths leave image, patch and token counts as they are)
     if not width:
+        _media_tokens(d)
         return d
     widths: dict[int, int] = {}
     plans = [_plan_width(sub, widths, head_size) for sub in dicts]
@@ -425,7 +426,32 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
         if not plan:
             _channels(sub)
     _vocab(d)
+    _media_tokens(d)
     return d
+
+
+_MEDIA_TOKENS = {
+    "audio_token_id": "audio_config",
+    "image_token_id": "vision_config",
+    "image_token_index": "vision_config",
+    "video_token_id": "vision_config",
+    "video_token_index": "vision_config",
+}
+
+
+def _media_tokens(d: dict[str, Any]) -> None:
+    """A medium's placeholder token the default config leaves unset although it has that medium's
+    tower (Voxtral's ``audio_token_id``: its checkpoints name one): the highest free id of the
+    language model's vocabulary, so the model can take that medium."""
+    text = d.get("text_config") if isinstance(d.get("text_config"), dict) else d
+    vocab = text.get("vocab_size") if _int(text.get("vocab_size")) else d.get("vocab_size")
+    if not _int(vocab) or vocab < 2:
+        return
+    used = set(_special_ids(d))
+    for key, tower in _MEDIA_TOKENS.items():
+        if key in d and d[key] is None and isinstance(d.get(tower), dict):
+            d[key] = next(i for i in range(vocab - 1, 0, -1) if i not in used)
+            used.add(d[key])
 
 
 def _pooled_grid(dicts: list[dict[str, Any]]) -> None:

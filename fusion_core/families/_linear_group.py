@@ -454,6 +454,12 @@ def _group_samples(
             if name == "position_embeddings" and head_dim:
                 angles = s.randn(workload, gen, *lead, int(head_dim))
                 kwargs[name] = (angles.cos(), angles.sin())
+            elif name in ("freqs_ci", "freqs_cis") and head_dim:  # complex rotations (Llama 4's vision tower)
+                angles = s.randn(workload, gen, seq, 1, int(head_dim) // 2).float()
+                kwargs[name] = torch.polar(torch.ones_like(angles), angles)
+            elif name == "hidden_states" and p.default is inspect.Parameter.empty:
+                # the queries of an attention called as (key_value_states, hidden_states): Aria's projector
+                kwargs[name] = s.randn(workload, gen, *lead[:-1], max(1, seq // 2), _query_width(module, hidden))
             elif name == "cu_seqlens":
                 kwargs[name] = torch.tensor([0, seq], dtype=torch.int32, device=workload.device)
             elif name == "max_seqlen":
@@ -482,6 +488,15 @@ _KEY_VALUE = ("key", "value", "keys", "values")
 #: the other sequence of a cross-attention or perceiver
 _CONTEXT = ("encoder_hidden_states", "context", "key_value_states", "cross_attention_states")
 _KEY_NAMES = ("k_proj", "key", "k", "to_k", "kv_proj", "kv")
+
+
+def _query_width(module: nn.Module, hidden: int) -> int:
+    """The width the queries are projected from: the query projection's input size, else ``hidden``."""
+    for name in ("q_proj", "query", "q", "to_q"):
+        width = getattr(module._modules.get(name), "in_features", None)
+        if isinstance(width, int):
+            return width
+    return hidden
 
 
 def _context_width(module: nn.Module, hidden: int) -> int:

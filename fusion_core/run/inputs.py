@@ -313,6 +313,8 @@ def _pixel_inputs(
         extras.append(
             {"input_ids": ids, **({"attention_mask": torch.ones_like(ids)} if "attention_mask" in params else {})}
         )
+        if "qformer_input_ids" in params:  # InstructBLIP's Q-Former reads the instruction too
+            extras[-1].update(qformer_input_ids=ids, qformer_attention_mask=torch.ones_like(ids))
     required = [p for p, v in params.items() if v.default is inspect.Parameter.empty and p != key]
     if "input_ids" not in required:
         extras.append({})
@@ -590,11 +592,12 @@ def candidate_inputs(
             # a codebook decoder alone takes one row per codebook (MusicGen's), tried first
             coded = {**kwargs, "input_ids": ids.repeat_interleave(books, dim=0)}
             rows.insert(0, (coded, f"{ids.shape[0]} x {ids.shape[1]} tokens in each of {books} codebooks"))
-        width = _cross_width(entry) if "encoder_hidden_states" in params else None
+        other = next((k for k in ("encoder_hidden_states", "cross_attention_states") if k in params), None)
+        width = _cross_width(entry) if other else None
         for row, note in rows:
             if width is not None:  # a decoder alone: what its cross-attention reads, or that is never run
                 states = torch.randn(ids.shape[0], max(1, length // 2), width, generator=_generator(seed + 1))
-                with_states = {**row, "encoder_hidden_states": states.to(dtype)}
+                with_states = {**row, other: states.to(dtype)}
                 yield ModelInputs(entry_path, with_states, "text", [f"{note}, encoder states {tuple(states.shape)}"])
             yield ModelInputs(entry_path, row, "text", [note])
         if "decoder_input_ids" in params:  # an encoder-decoder that does not derive them itself
@@ -622,6 +625,18 @@ def candidate_inputs(
             inputs.entry = entry_path
             inputs.kwargs.update(common)
             yield inputs
+    side = _size(config_value(entry.config, "image_size"))
+    if not found and conv is None and "pixel_values" in params and side:
+        # a patch embedding that is no Conv (Llama 4's unfold and Linear): an image of the config's size
+        import torch
+
+        found = True
+        side = workload.image_size or min(side, MAX_INPUT_SIDE)
+        channels = int(config_value(entry.config, "num_channels") or 3)
+        n = max(1, workload.batch)
+        image = torch.randn(n, channels, side, side, generator=_generator(seed)).to(dtype)
+        note = f"{n} image(s), {channels} channels, {side}x{side} (the config's size)"
+        yield ModelInputs(entry_path, {"pixel_values": image, **common}, "image", [note])
     if not found:
         for inputs in _state_inputs(entry, params, _generator(seed), dtype, workload):
             found = True

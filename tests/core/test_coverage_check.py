@@ -348,6 +348,44 @@ def test_parts_and_odd_inputs_run_end_to_end(model_type, kinds) -> None:
     assert result["input_kinds"] == kinds
 
 
+@pytest.mark.parametrize(
+    ("model_type", "path", "given"),
+    [
+        # rotations as complex numbers, a required argument (Llama 4's vision attention)
+        ("llama4_vision_model", "model.layers.0.self_attn", "freqs_ci"),
+        # called as (key_value_states, hidden_states): the queries second (Aria's projector)
+        ("aria", "multi_modal_projector.cross_attn", "hidden_states"),
+        # the other sequence optional in the signature, read in the body (Mllama's text cross-attention)
+        ("mllama_text_model", "layers.0.cross_attn", "cross_attention_states"),
+    ],
+)
+def test_attention_sample_inputs_give_what_the_forward_reads(model_type, path, given) -> None:
+    import torch
+
+    from fusion_core.boundary.options import Workload
+    from fusion_core.families import get_family
+
+    _, config, model = _built(model_type)
+    module = model.get_submodule(path)
+    args, kwargs = get_family("qkv").sample_inputs(module, config, Workload())
+    assert given in kwargs
+    with torch.inference_mode():
+        module(*args, **kwargs)
+
+
+def test_a_media_token_the_default_config_leaves_unset_is_named() -> None:
+    """Voxtral's default config has an audio tower and ``audio_token_id`` None (its checkpoints
+    name one): the tiny config names a free token, and the check runs audio and text."""
+    from transformers import CONFIG_MAPPING
+
+    assert CONFIG_MAPPING["voxtral"]().audio_token_id is None
+    _, config, _ = _built("voxtral")
+    assert 0 < config.audio_token_id < config.get_text_config().vocab_size
+    result = check_type("instructblip", ["patch_embeddings_2d", "qkv", "gate_up"], 0)
+    assert result["status"] == VERIFIED, result["reason"]  # and its Q-Former gets the instruction
+    assert result["input_kinds"] == ["image", "text"]
+
+
 def test_a_segmenters_mask_prompt_runs_its_mask_embedding() -> None:
     """SAM takes a low-resolution mask prompt (four times its image embedding's side): the first
     image run gives one, so ``prompt_encoder.mask_embed`` is called end to end."""
