@@ -169,6 +169,8 @@ def _grid_inputs(
     t, n = 1, max(1, workload.batch)
     pixel_values = torch.randn(n * t * h * w, channels * math.prod(kernel), generator=gen).to(dtype)
     kwargs: dict[str, Any] = {"pixel_values": pixel_values, "image_grid_thw": torch.tensor([[t, h, w]] * n)}
+    if "image_merge_sizes" in params:  # each image's spatial merge (VideoLLaMA 3)
+        kwargs["image_merge_sizes"] = torch.tensor([merge] * n)
     notes = [
         f"{n} image(s) of {h * kernel[-2]}x{w * kernel[-1]} px: grid (t, h, w) = ({t}, {h}, {w}), "
         f"{t * h * w} patches of {channels}x{'x'.join(map(str, kernel))} each"
@@ -271,6 +273,8 @@ def video_grid_inputs(
         )
     if "video_second_per_grid" in params:  # the omni thinkers' time positions: one grid step a second
         kwargs["video_second_per_grid"] = torch.ones(n)
+    if "video_merge_sizes" in params:  # each clip's spatial merge (VideoLLaMA 3)
+        kwargs["video_merge_sizes"] = torch.tensor([merge] * n)
     return ModelInputs("", kwargs, "video", notes)
 
 
@@ -530,6 +534,9 @@ def candidate_inputs(
         inputs.kwargs.update(common)
         yield inputs
         yield from _patches_as_images(entry, conv, params, gen, dtype, workload, inputs)
+        flat, rows = inputs.kwargs["pixel_values"], inputs.kwargs["image_grid_thw"].shape[0]
+        batched = {**inputs.kwargs, "pixel_values": flat.reshape(rows, -1, flat.shape[-1])}
+        yield ModelInputs(entry_path, batched, inputs.kind, [*inputs.notes, "patches batched per image"])  # ColQwen2
         if "pixel_values_videos" in params and "video_grid_thw" in params:
             try:
                 video = video_grid_inputs(entry, conv, params, workload)

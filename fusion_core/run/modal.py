@@ -199,6 +199,11 @@ def _processed(
     text_keys = ("input_ids", "mm_token_type_ids", "token_type_ids", "attention_mask")
     order = [k for k in kept if k not in text_keys] + [k for k in text_keys if k in kept]
     kept = {k: kept[k] for k in order}  # media first, as the inputs made from the config
+    token_id = _token_id(proc, media.kind) if "mm_token_type_ids" in params and "input_ids" in kept else None
+    if token_id is not None and "mm_token_type_ids" not in kept:  # the multimodal rotary positions (MiniCPM-V 4.7)
+        kept["mm_token_type_ids"] = (kept["input_ids"] == token_id).to(torch.int32) * (
+            2 if media.kind == "video" else 1
+        )
     missing = [k for k in out if key_modality(k) == media.kind and k not in kept]
     if not any(key_modality(k) == media.kind for k in kept):
         raise CheckError(f"the processor made no {media.kind} inputs this model takes ({', '.join(missing) or 'none'})")
@@ -249,15 +254,21 @@ def _own_placeholders(proc: Any, kind: str, prompt: str, n: int, kwargs: dict[st
         out = proc(text=[prompt] * n, return_tensors="pt", **kwargs)
     except Exception:
         raise error from None
+    token_id = _token_id(proc, kind)
+    ids = dict(out).get("input_ids")
+    if not isinstance(token_id, int) or not isinstance(ids, torch.Tensor) or not bool((ids == token_id).any()):
+        raise error
+    return out
+
+
+def _token_id(proc: Any, kind: str) -> int | None:
+    """The id of ``proc``'s own ``kind`` placeholder token (``image_token_id``, else its ``image_token``)."""
     token_id = getattr(proc, f"{kind}_token_id", None)
     token = getattr(proc, f"{kind}_token", None)
     tok = getattr(proc, "tokenizer", None)
     if not isinstance(token_id, int) and isinstance(token, str) and tok is not None:
         token_id = tok.convert_tokens_to_ids(token)
-    ids = dict(out).get("input_ids")
-    if not isinstance(token_id, int) or not isinstance(ids, torch.Tensor) or not bool((ids == token_id).any()):
-        raise error
-    return out
+    return token_id if isinstance(token_id, int) and not isinstance(token_id, bool) else None
 
 
 def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
