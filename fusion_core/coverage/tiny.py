@@ -221,11 +221,16 @@ def _shrink_experts(d: dict[str, Any]) -> None:
     for key in _EXPERT_KEYS:
         if _int(d.get(key)) and d[key] > MAX_EXPERTS:
             d[key] = MAX_EXPERTS
+    # a router's counts the default config leaves unset and checkpoints name (DeepSeek-V2): set
+    routed = any(_int(d.get(key)) and d[key] > 1 for key in _EXPERT_KEYS)
+    grouped = routed and d.get("topk_method") == "group_limited_greedy"
     for key in _PER_TOKEN_KEYS:
-        if _int(d.get(key)) and d[key] > 2:
+        unset = key in d and d[key] is None and routed
+        if unset or (_int(d.get(key)) and d[key] > 2):
             d[key] = 2
     for key in _GROUP_KEYS:
-        if _int(d.get(key)) and d[key] > 1:
+        unset = key in d and d[key] is None and grouped
+        if unset or (_int(d.get(key)) and d[key] > 1):
             d[key] = 1
     if _int(d.get("n_shared_experts")) and d["n_shared_experts"] > 1:
         d["n_shared_experts"] = 1

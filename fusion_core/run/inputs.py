@@ -441,8 +441,10 @@ def audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: 
     n = max(1, workload.batch)
     masks = [] if "input_ids" in params else [k for k in _AUDIO_MASKS if k in params]
     if "values" in key:
+        # then 3 s, a length that the hops of codecs' encoders divide (MuseSpark's 1920)
         shapes = [((n, AUDIO_SAMPLES), AUDIO_SAMPLES), ((n, 1, AUDIO_SAMPLES), AUDIO_SAMPLES)]
-        what = f"{AUDIO_SAMPLES} samples of waveform"
+        shapes.append(((n, 3 * AUDIO_SAMPLES), 3 * AUDIO_SAMPLES))
+        what = "samples of waveform"
     else:
         mels = config_value(config, *_MEL_KEYS)
         mels = int(mels) if isinstance(mels, int) and 0 < mels <= 512 else 80
@@ -466,7 +468,10 @@ def audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: 
             kwargs[mask] = (
                 torch.zeros(n, length, dtype=torch.bool) if padding else torch.ones(n, length, dtype=torch.long)
             )
-        note = f"audio made from the config: {what}, {key} {tuple(shape)}"
+        note = (
+            f"audio made from the config: {length} {what}" if "values" in key else f"audio made from the config: {what}"
+        )
+        note += f", {key} {tuple(shape)}"
         yield ModelInputs("", kwargs, "audio", [note])
         if start is not None:
             decoder = torch.full((n, 1), start, dtype=torch.long)
@@ -564,11 +569,12 @@ def candidate_inputs(
         for made in _patches_as_images(entry, conv, {}, gen, dtype, workload, inputs):
             shaped = {key: made.kwargs["pixel_values"], "grid_thw": made.kwargs["image_grid_thw"]}
             yield ModelInputs(entry_path, shaped, "vision-tower", made.notes)
-    elif conv is None and "pixel_values" in params and ("grid_thw" in params or "image_grid_thw" in params):
+    elif conv is None and "pixel_values" in params and "input_ids" not in params and _takes_grid(params):
         found = True  # a vision tower alone whose patch embedding is a Linear: flattened patches and their grid
         key = "grid_thw" if "grid_thw" in params else "image_grid_thw"
         for flat, grid, what in flat_grid_pixels(entry, entry.config, gen, dtype, workload):
-            yield ModelInputs(entry_path, {"pixel_values": flat, key: grid, **common}, "vision-tower", [what])
+            note = f"{grid.shape[0]} image(s) of {what}"
+            yield ModelInputs(entry_path, {"pixel_values": flat, key: grid, **common}, "vision-tower", [note])
     elif conv is not None and len(conv.kernel_size) in (2, 3) and any(k in params for k in _PIXEL_KEYS):
         found = True
         key = next(k for k in _PIXEL_KEYS if k in params)
@@ -724,6 +730,10 @@ def _patches_as_images(
         yield ModelInputs(inputs.entry, kwargs, inputs.kind, [*made.notes, "each patch as a small image"])
 
 
+def _takes_grid(params: dict) -> bool:
+    return "grid_thw" in params or "image_grid_thw" in params
+
+
 def _merge(config: Any) -> int:
     """Patches merged per side into one token (``spatial_merge_size``; Kimi-K2.5's ``merge_kernel_size`` [2, 2])."""
     merge = config_value(config, "spatial_merge_size", "merge_kernel_size")
@@ -740,12 +750,13 @@ def _square(workload: Workload, inputs: ModelInputs, conv: nn.Module) -> Workloa
 
 
 def flat_grid_pixels(
-    tower: nn.Module, config: Any, gen: torch.Generator, dtype: Any, workload: Workload
+    tower: nn.Module, config: Any, gen: torch.Generator, dtype: Any, workload: Workload, steps: int = 1
 ) -> Iterator[tuple[Any, Any, str]]:
     """Flattened patches and their grid ``(t, h, w)`` for a vision tower whose patch embedding is
     a Linear over ``channels x temporal x patch x patch`` values (MuseSpark, Inkling2, Kimi-K2.5's
     towers), as ``(pixel_values, grid_thw, what)``: one image of the config's size (square, then
-    one merge unit wider than high), for each patch width the config or the first Linear gives."""
+    one merge unit wider than high), for each patch width the config or the first Linear gives;
+    ``steps`` > 1: a clip of that many temporal steps."""
     import torch
     from torch import nn
 
@@ -765,9 +776,10 @@ def flat_grid_pixels(
     float_dtype = dtype if dtype is not None else torch.float32
     for width in dict.fromkeys(widths):
         for w in dict.fromkeys((h, h + merge)):
-            flat = torch.randn(n * h * w, width, generator=gen).to(float_dtype)
-            grid = torch.tensor([[1, h, w]] * n)
-            yield flat, grid, f"{n} image(s) of {h * patch}x{w * patch} px as {h * w} patches of {width} values"
+            flat = torch.randn(n * steps * h * w, width, generator=gen).to(float_dtype)
+            grid = torch.tensor([[steps, h, w]] * n)
+            clip = f"{steps * temporal} frames of " if steps > 1 else ""
+            yield flat, grid, f"{clip}{h * patch}x{w * patch} px as {steps * h * w} patches of {width} values"
 
 
 _CROSS_NAMES = ("encoder_attn", "crossattention", "cross_attn", "cross_attention")

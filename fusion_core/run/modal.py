@@ -16,13 +16,21 @@ such modality, a processor that fails, inputs the model refuses) is an error.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckError, one_line
 from ..text import printable
-from .inputs import DEFAULT_GRID_IMAGE_SIZE, ModelInputs, candidate_inputs, entry_module, key_modality, patch_conv
+from .inputs import (
+    DEFAULT_GRID_IMAGE_SIZE,
+    ModelInputs,
+    candidate_inputs,
+    entry_module,
+    flat_grid_pixels,
+    key_modality,
+    patch_conv,
+)
 from .media import DEFAULT_AUDIO_SECONDS, DEFAULT_FRAMES, Media
 from .results import FedInput
 
@@ -610,9 +618,9 @@ def _counted_audio(
     )
     made, kept, count = _first_counted(features_of, tries, "audio")
     ids = _with_tokens(kept, params, config, workload, audio_id, count, n)
-    shape = next(iter(kept.values())).shape
+    key, value = next(iter(kept.items()))
     fed = [
-        FedInput(label, "audio", n, "x".join(str(int(d)) for d in shape[1:]), "synthetic"),
+        FedInput(label, "audio", n, f"{key} {'x'.join(str(int(d)) for d in value.shape[1:])}", "synthetic"),
         FedInput(label, "text", n, f"{len(ids)} tokens", "synthetic"),
     ]
     note = f"{label}: {made.notes[0]}; as many audio tokens as its audio features"
@@ -701,9 +709,23 @@ def _counted_clip(
         size = f"{frames} frames of {side}x{side} px"
     gen = _generator(workload.seed)
     float_dtype = dtype if dtype is not None else torch.float32
-    tries = ((p, {arg: p}) for p in (torch.randn(shape, generator=gen).to(float_dtype) for shape in shapes))
-    pixels, _, count = _first_counted(features_of, tries, f"{kind} pixels")
-    kept: dict[str, Any] = {keys[0]: pixels}
+    grid = f"{kind}_grid_thw"
+
+    def tries() -> Iterator[tuple[tuple[dict[str, Any], str], dict[str, Any]]]:
+        """((the forward's pixels, their size), get_*_features' arguments), made as they are tried."""
+        for shape in shapes:
+            pixels = torch.randn(shape, generator=gen).to(float_dtype)
+            yield ({keys[0]: pixels}, size), {arg: pixels}
+        if grid in taken and grid in params:  # a grid model whose tower embeds flat patches with a Linear (MuseSpark)
+            from torch import nn
+
+            tower = next((m for name in _TOWERS if isinstance(m := getattr(entry, name, None), nn.Module)), entry)
+            steps = 1 if kind == "image" else 2
+            for flat, thw, what in flat_grid_pixels(tower, vision, gen, dtype, workload, steps=steps):
+                yield ({keys[0]: flat, grid: thw}, what), {arg: flat, grid: thw}
+
+    (made, size), _, count = _first_counted(features_of, tries(), f"{kind} pixels")
+    kept: dict[str, Any] = dict(made)
     ids = _with_tokens(kept, params, config, workload, token_id, count, n)
     if "mm_token_type_ids" in params:
         kept["mm_token_type_ids"] = (kept["input_ids"] == token_id).to(torch.int32) * (1 if kind == "image" else 2)
@@ -713,6 +735,9 @@ def _counted_clip(
     ]
     note = f"{label}: {kind} of {size} made from the config; as many {kind} tokens as its {kind} features"
     return ModelInputs(entry_path, kept, label, [note], fed=fed)
+
+
+_TOWERS = ("vision_tower", "visual", "vision_model", "vision_encoder", "vision")
 
 
 def _has(proc: Any, kind: str) -> bool:
