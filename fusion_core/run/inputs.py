@@ -352,10 +352,12 @@ def _pixel_inputs(
         yield ModelInputs("", {key: clip.transpose(1, 2).contiguous(), **extra}, "video", [note + " (channels first)"])
 
 
-def _frames_as_images(config: Any, video: ModelInputs) -> ModelInputs | None:
+def _frames_as_images(config: Any, video: ModelInputs, spanned: bool = False) -> ModelInputs | None:
     """``video`` laid out as a model that counts a video's features by its *image* token wants it
     (GLM-4.1V, GLM-4.5V: each temporal step one run of image tokens between the image start and
-    end tokens, as its processor writes them); ``None`` where the two tokens are one."""
+    end tokens, as its processor writes them); ``None`` where the two tokens are one. ``spanned``:
+    the runs between the video start and end tokens too (GLM-5-Next tells video from image
+    tokens by that span alone); ``None`` where the config names no such tokens."""
     import torch
 
     video_id = config_value(config, "video_token_id", "video_token_index")
@@ -365,6 +367,9 @@ def _frames_as_images(config: Any, video: ModelInputs) -> ModelInputs | None:
         return None
     start = config_value(config, "image_start_token_id")
     end = config_value(config, "image_end_token_id")
+    span = [config_value(config, "video_start_token_id"), config_value(config, "video_end_token_id")]
+    if spanned and not all(isinstance(t, int) for t in span):
+        return None
     steps = int(grid[0][0])
     rows, types = [], []
     for row in ids.tolist():
@@ -377,6 +382,8 @@ def _frames_as_images(config: Any, video: ModelInputs) -> ModelInputs | None:
             frames += (
                 ([start] if start is not None else []) + [image_id] * per_step + ([end] if end is not None else [])
             )
+        if spanned:
+            frames = [span[0], *frames, span[1]]
         new = row[: placeholders[0]] + frames + row[placeholders[-1] + 1 :]
         rows.append(new)
         types.append([2 if t == image_id else 0 for t in new])
@@ -387,6 +394,7 @@ def _frames_as_images(config: Any, video: ModelInputs) -> ModelInputs | None:
     if "attention_mask" in kwargs:
         kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
     note = f"video placeholders written as image tokens, {steps} run(s) of {per_step} (the model counts video by them)"
+    note += ", between the video start and end tokens" if spanned else ""
     notes = [n for n in video.notes if not n.endswith(" tokens per row")]
     notes += [f"{len(rows[0])} tokens per row", note]
     return ModelInputs(video.entry, kwargs, video.kind, notes, fed=list(video.fed))
@@ -557,9 +565,10 @@ def candidate_inputs(
                     spans.entry = entry_path
                     spans.kwargs.update(common)
                     yield spans
-                other = _frames_as_images(entry.config, video)
-                if other is not None:  # a model that counts video frames by its image token (GLM-4V)
-                    yield other
+                for spanned in (False, True):  # a model that counts video frames by its image token (GLM-4V)
+                    other = _frames_as_images(entry.config, video, spanned)
+                    if other is not None:
+                        yield other
     elif conv is not None and "grid_thw" in params and ("hidden_states" in params or "pixel_values" in params):
         found = True  # a vision tower alone: flattened patches and their grid
         inputs = _grid_inputs(entry, conv, {}, gen, dtype, workload)
