@@ -467,7 +467,7 @@ def audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: 
         shapes.append(((n, 1, frames, mels), frames))  # one channel of a spectrogram image (CLAP)
         what = f"{frames} frames of {mels} mel bins"
     # a speech encoder-decoder that does not start its decoder itself (a transducer's one step)
-    start = _decoder_start(config) if "decoder_input_ids" in params and "input_ids" not in params else None
+    start = _decoder_start(config) if "decoder_input_ids" in params else None
     for shape, length in shapes:
         x = torch.randn(*shape, generator=gen)
         kwargs: dict[str, Any] = {key: x.to(dtype) if dtype is not None else x}
@@ -493,11 +493,18 @@ def _stacked_width(entry: nn.Module, mels: int) -> int | None:
     multiple of ``mels``, e.g. 4 x 80 or 7 x 80), else None."""
     from torch import nn
 
-    first = next((m for m in entry.modules() if isinstance(m, (nn.Linear, nn.Conv1d))), None)
-    width = getattr(first, "in_features", None) or getattr(first, "in_channels", None)
-    if isinstance(width, int) and width != mels and width % mels == 0 and width <= 16 * mels:
-        return width
+    layers = (nn.Linear, nn.Conv1d, nn.LayerNorm)
+    audio = [m for path, m in entry.named_modules() if any(w in path for w in _AUDIO_PARTS) and isinstance(m, layers)]
+    firsts = [next((m for m in entry.modules() if isinstance(m, (nn.Linear, nn.Conv1d))), None), *audio[:1]]
+    for first in firsts:  # the model's first layer, then its speech encoder's (SeamlessM4T's LayerNorm of 2 x 80)
+        shape = getattr(first, "normalized_shape", None)
+        width = getattr(first, "in_features", None) or getattr(first, "in_channels", None) or (shape or [None])[-1]
+        if isinstance(width, int) and width != mels and width % mels == 0 and width <= 16 * mels:
+            return width
     return None
+
+
+_AUDIO_PARTS = ("speech_encoder", "audio_encoder", "audio_tower", "feature_projection")
 
 
 def _decoder_start(config: Any) -> int:
