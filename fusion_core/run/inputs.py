@@ -16,7 +16,9 @@ config calls it):
 * language models: ``input_ids``.
 
 :func:`candidate_inputs` returns the candidates in order; the caller keeps the first one
-the original model accepts.
+the original model accepts. Audio is made in :mod:`.audio_inputs`; what parts of models and
+forwards that take more than tokens or pixels are fed (vectors, encoder states, mask prompts,
+a time series), in :mod:`.part_inputs`.
 """
 
 from __future__ import annotations
@@ -425,88 +427,6 @@ def key_modality(name: str) -> str | None:
     return None
 
 
-#: the masks an audio encoder's forward may take over its frames (only fed without text: with
-#: text, ``attention_mask`` is the text's)
-_AUDIO_MASKS = (
-    "attention_mask", "feature_attention_mask", "input_features_mask", "audio_attention_mask", "padding_mask",
-    "input_features_attention_mask", "audio_feature_mask", *_PADDING_MASKS,
-)  # fmt: skip
-_MEL_KEYS = ("num_mel_bins", "feature_size", "n_mels", "input_feat_size", "num_mel_filters", "mel_bins", "input_dim")
-AUDIO_SAMPLES = 16_000  # a synthetic waveform: one second at 16 kHz
-AUDIO_FRAMES = 200  # synthetic mel frames when the config gives no encoder length: two seconds at a 10 ms hop
-
-
-def audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: Workload) -> Iterator[ModelInputs]:
-    """Audio made from the config for an encoder that takes it (``input_features``, ``input_values``...):
-    a waveform, or mel features in both layouts models use ((batch, mels, frames) and
-    (batch, frames, mels)); the run that the model accepts is the one kept."""
-    import torch
-
-    key = next((k for k in params if key_modality(k) == "audio"), None)
-    if key is None:
-        return
-    config = getattr(entry, "config", None)
-    n = max(1, workload.batch)
-    masks = [] if "input_ids" in params else [k for k in _AUDIO_MASKS if k in params]
-    if "values" in key:
-        # then 3 s, a length that the hops of codecs' encoders divide (MuseSpark's 1920)
-        shapes = [((n, AUDIO_SAMPLES), AUDIO_SAMPLES), ((n, 1, AUDIO_SAMPLES), AUDIO_SAMPLES)]
-        shapes.append(((n, 3 * AUDIO_SAMPLES), 3 * AUDIO_SAMPLES))
-        what = "samples of waveform"
-    else:
-        mels = config_value(config, *_MEL_KEYS)
-        mels = int(mels) if isinstance(mels, int) and 0 < mels <= 512 else 80
-        positions = config_value(config, "max_source_positions")
-        frames = 2 * positions if isinstance(positions, int) and 0 < 2 * positions <= 3000 else AUDIO_FRAMES
-        shapes = [((n, mels, frames), frames), ((n, frames, mels), frames)]
-        stacked = _stacked_width(entry, mels)
-        if (
-            stacked
-        ):  # frames stacked (and delta-expanded) by the feature extractor: the encoder's first layer says how wide
-            shapes += [((n, frames, stacked), frames), ((n, stacked, frames), frames)]
-        shapes.append(((n, 1, frames, mels), frames))  # one channel of a spectrogram image (CLAP)
-        what = f"{frames} frames of {mels} mel bins"
-    # a speech encoder-decoder that does not start its decoder itself (a transducer's one step)
-    start = _decoder_start(config) if "decoder_input_ids" in params else None
-    for shape, length in shapes:
-        x = torch.randn(*shape, generator=gen)
-        kwargs: dict[str, Any] = {key: x.to(dtype) if dtype is not None else x}
-        for mask in masks:
-            padding = mask in _PADDING_MASKS
-            kwargs[mask] = (
-                torch.zeros(n, length, dtype=torch.bool) if padding else torch.ones(n, length, dtype=torch.long)
-            )
-        note = (
-            f"audio made from the config: {length} {what}" if "values" in key else f"audio made from the config: {what}"
-        )
-        note += f", {key} {tuple(shape)}"
-        yield ModelInputs("", kwargs, "audio", [note])
-        if start is not None:
-            decoder = torch.full((n, 1), start, dtype=torch.long)
-            yield ModelInputs(
-                "", {**kwargs, "decoder_input_ids": decoder}, "audio", [f"{note}, decoder from token {start}"]
-            )
-
-
-def _stacked_width(entry: nn.Module, mels: int) -> int | None:
-    """The width of the encoder's first layer when it takes several mel frames at once (a
-    multiple of ``mels``, e.g. 4 x 80 or 7 x 80), else None."""
-    from torch import nn
-
-    layers = (nn.Linear, nn.Conv1d, nn.LayerNorm)
-    audio = [m for path, m in entry.named_modules() if any(w in path for w in _AUDIO_PARTS) and isinstance(m, layers)]
-    firsts = [next((m for m in entry.modules() if isinstance(m, (nn.Linear, nn.Conv1d))), None), *audio[:1]]
-    for first in firsts:  # the model's first layer, then its speech encoder's (SeamlessM4T's LayerNorm of 2 x 80)
-        shape = getattr(first, "normalized_shape", None)
-        width = getattr(first, "in_features", None) or getattr(first, "in_channels", None) or (shape or [None])[-1]
-        if isinstance(width, int) and width != mels and width % mels == 0 and width <= 16 * mels:
-            return width
-    return None
-
-
-_AUDIO_PARTS = ("speech_encoder", "audio_encoder", "audio_tower", "feature_projection")
-
-
 def _decoder_start(config: Any) -> int:
     """The token a decoder starts from: the config's ``decoder_start_token_id``, else its bos/pad, else 0."""
     for key in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
@@ -532,6 +452,16 @@ def candidate_inputs(
         ValueError: no kind of input fits this model's forward.
     """
     from ..families.base import Workload
+    from .audio_inputs import audio_inputs
+    from .part_inputs import (
+        cross_width,
+        flat_grid_pixels,
+        patches_as_images,
+        series_inputs,
+        state_inputs,
+        takes_grid,
+        with_mask_prompt,
+    )
 
     workload = workload or Workload(seed=seed)
     entry_path = entry_module(model, fused_paths)
@@ -553,7 +483,7 @@ def candidate_inputs(
         inputs.entry = entry_path
         inputs.kwargs.update(common)
         yield inputs
-        yield from _patches_as_images(entry, conv, params, gen, dtype, workload, inputs)
+        yield from patches_as_images(entry, conv, params, gen, dtype, workload, inputs)
         flat, rows = inputs.kwargs["pixel_values"], inputs.kwargs["image_grid_thw"].shape[0]
         batched = {**inputs.kwargs, "pixel_values": flat.reshape(rows, -1, flat.shape[-1])}
         yield ModelInputs(entry_path, batched, inputs.kind, [*inputs.notes, "patches batched per image"])  # ColQwen2
@@ -582,10 +512,10 @@ def candidate_inputs(
         key = "hidden_states" if "hidden_states" in params else "pixel_values"
         kwargs = {key: inputs.kwargs["pixel_values"], "grid_thw": inputs.kwargs["image_grid_thw"]}
         yield ModelInputs(entry_path, kwargs, "vision-tower", inputs.notes)
-        for made in _patches_as_images(entry, conv, {}, gen, dtype, workload, inputs):
+        for made in patches_as_images(entry, conv, {}, gen, dtype, workload, inputs):
             shaped = {key: made.kwargs["pixel_values"], "grid_thw": made.kwargs["image_grid_thw"]}
             yield ModelInputs(entry_path, shaped, "vision-tower", made.notes)
-    elif conv is None and "pixel_values" in params and "input_ids" not in params and _takes_grid(params):
+    elif conv is None and "pixel_values" in params and "input_ids" not in params and takes_grid(params):
         found = True  # a vision tower alone whose patch embedding is a Linear: flattened patches and their grid
         key = "grid_thw" if "grid_thw" in params else "image_grid_thw"
         for flat, grid, what in flat_grid_pixels(entry, entry.config, gen, dtype, workload):
@@ -597,7 +527,7 @@ def candidate_inputs(
         for inputs in _pixel_inputs(entry, conv, key, params, _generator(seed), dtype, workload):
             inputs.entry = entry_path
             inputs.kwargs.update(common)
-            masked = _with_mask_prompt(entry.config, inputs, key, params, seed, dtype)
+            masked = with_mask_prompt(entry.config, inputs, key, params, seed, dtype)
             if masked is not None:  # a segmenter's mask prompt first: its mask embedding runs too
                 yield masked
             yield inputs
@@ -622,7 +552,7 @@ def candidate_inputs(
             coded = {**kwargs, "input_ids": ids.repeat_interleave(books, dim=0)}
             rows.insert(0, (coded, f"{ids.shape[0]} x {ids.shape[1]} tokens in each of {books} codebooks"))
         other = next((k for k in ("encoder_hidden_states", "cross_attention_states") if k in params), None)
-        width = _cross_width(entry) if other else None
+        width = cross_width(entry) if other else None
         for row, note in rows:
             if width is not None:  # a decoder alone: what its cross-attention reads, or that is never run
                 states = torch.randn(ids.shape[0], max(1, length // 2), width, generator=_generator(seed + 1))
@@ -650,7 +580,7 @@ def candidate_inputs(
             )
     if "past_values" in params and not found:
         found = True
-        for inputs in _series_inputs(entry, params, _generator(seed), dtype, workload):
+        for inputs in series_inputs(entry, params, _generator(seed), dtype, workload):
             inputs.entry = entry_path
             inputs.kwargs.update(common)
             yield inputs
@@ -667,7 +597,7 @@ def candidate_inputs(
         note = f"{n} image(s), {channels} channels, {side}x{side} (the config's size)"
         yield ModelInputs(entry_path, {"pixel_values": image, **common}, "image", [note])
     if not found:
-        for inputs in _state_inputs(entry, params, _generator(seed), dtype, workload):
+        for inputs in state_inputs(entry, params, _generator(seed), dtype, workload):
             found = True
             inputs.entry = entry_path
             inputs.kwargs.update(common)
@@ -679,169 +609,8 @@ def candidate_inputs(
         )
 
 
-#: what a part of a model (a decoder alone, a perceiver, an encoder behind a projector) takes
-#: in place of tokens or pixels: a sequence of vectors
-_STATE_KEYS = ("inputs_embeds", "input_embeds", "context", "patch_embeds", "hidden_states")
-
-
-def _state_inputs(entry: nn.Module, params: dict, gen: Any, dtype: Any, workload: Workload) -> Iterator[ModelInputs]:
-    """Embeddings ``(batch, steps, width)`` for a part of a model whose forward takes vectors,
-    not tokens or pixels: the width from its config, else its first Linear's or LayerNorm's
-    input size (each tried), with the masks and positions its forward requires."""
-    import torch
-    from torch import nn
-
-    from .results import FedInput
-
-    key = next((k for k in _STATE_KEYS if k in params), None)
-    if key is None or (key == "hidden_states" and next(iter(params)) != key):
-        return
-    widths = [config_value(entry.config, "hidden_size", "d_model", "embed_dim")]
-    widths.append(next((m.in_features for m in entry.modules() if isinstance(m, nn.Linear)), None))
-    widths.append(next((m.normalized_shape[-1] for m in entry.modules() if isinstance(m, nn.LayerNorm)), None))
-    n, steps = max(1, workload.batch), min(workload.seq_len or DEFAULT_SEQ_LEN, _max_text(entry.config))
-    float_dtype = dtype if dtype is not None else torch.float32
-    for width in dict.fromkeys(w for w in widths if isinstance(w, int) and w > 0):
-        kwargs: dict[str, Any] = {key: torch.randn(n, steps, width, generator=gen).to(float_dtype)}
-        for name, p in params.items():
-            if name == key or p.default is not inspect.Parameter.empty:
-                continue
-            if "mask" in name:
-                kwargs[name] = torch.ones(n, steps, dtype=torch.long)
-            elif name == "position_ids":
-                kwargs[name] = torch.arange(steps).expand(n, steps)
-        size = f"{steps} x {width}"
-        fed = [FedInput("embeddings", "embeddings", n, size, "synthetic")]
-        yield ModelInputs("", kwargs, "embeddings", [f"{n} sequence(s) of {size} embeddings in {key}"], fed=fed)
-
-
-def _with_mask_prompt(
-    config: Any, inputs: ModelInputs, key: str, params: dict, seed: int, dtype: Any
-) -> ModelInputs | None:
-    """``inputs`` with a mask prompt, for a promptable segmenter (SAM's ``input_masks``): one low-
-    resolution mask per image, four times the side of its image embedding (patches per side)."""
-    import torch
-
-    pixels, patch = inputs.kwargs.get(key), config_value(config, "patch_size")
-    if "input_masks" not in params or pixels is None or pixels.dim() != 4 or not isinstance(patch, int) or patch < 1:
-        return None
-    side = 4 * (int(pixels.shape[-1]) // patch)
-    mask = torch.randn(pixels.shape[0], 1, side, side, generator=_generator(seed + 2)).to(dtype)
-    notes = [*inputs.notes, f"a mask prompt of {side}x{side} per image"]
-    return ModelInputs(inputs.entry, {**inputs.kwargs, "input_masks": mask}, inputs.kind, notes)
-
-
-def _patches_as_images(
-    entry: nn.Module, conv: nn.Module, params: dict, gen: torch.Generator, dtype: Any, workload: Workload,
-    inputs: ModelInputs,
-) -> Iterator[ModelInputs]:  # fmt: skip
-    """For a grid model whose Conv2d embeds each patch as a small image (Kimi-K2.5): ``inputs``'
-    patches shaped ``(patches, channels, p, p)``, then the same on a square grid (its position
-    table may hold only square grids)."""
-    if len(conv.kernel_size) != 2:
-        return
-    shape = (int(conv.in_channels), *map(int, conv.kernel_size))
-    for made in (inputs, _grid_inputs(entry, conv, params, gen, dtype, _square(workload, inputs, conv))):
-        kwargs = {**inputs.kwargs, **made.kwargs, "pixel_values": made.kwargs["pixel_values"].reshape(-1, *shape)}
-        yield ModelInputs(inputs.entry, kwargs, inputs.kind, [*made.notes, "each patch as a small image"])
-
-
-def _takes_grid(params: dict) -> bool:
-    return "grid_thw" in params or "image_grid_thw" in params
-
-
 def _merge(config: Any) -> int:
     """Patches merged per side into one token (``spatial_merge_size``; Kimi-K2.5's ``merge_kernel_size`` [2, 2])."""
     merge = config_value(config, "spatial_merge_size", "merge_kernel_size")
     merge = merge[0] if isinstance(merge, (list, tuple)) and merge else merge
     return int(merge) if isinstance(merge, int) and merge > 0 else 1
-
-
-def _square(workload: Workload, inputs: ModelInputs, conv: nn.Module) -> Workload:
-    """``workload`` with the side of ``inputs``' grid height in pixels: the next grid is square."""
-    import dataclasses
-
-    rows = int(inputs.kwargs["image_grid_thw"][0, 1])
-    return dataclasses.replace(workload, image_size=rows * int(conv.kernel_size[-1]))
-
-
-def flat_grid_pixels(
-    tower: nn.Module, config: Any, gen: torch.Generator, dtype: Any, workload: Workload, steps: int = 1
-) -> Iterator[tuple[Any, Any, str]]:
-    """Flattened patches and their grid ``(t, h, w)`` for a vision tower whose patch embedding is
-    a Linear over ``channels x temporal x patch x patch`` values (MuseSpark, Inkling2, Kimi-K2.5's
-    towers), as ``(pixel_values, grid_thw, what)``: one image of the config's size (square, then
-    one merge unit wider than high), for each patch width the config or the first Linear gives;
-    ``steps`` > 1: a clip of that many temporal steps."""
-    import torch
-    from torch import nn
-
-    patch = _size(config_value(config, "patch_size"))
-    if not patch:
-        return
-    merge = _merge(config)
-    channels = int(config_value(config, "num_channels", "in_channels") or 3)
-    temporal = int(config_value(config, "temporal_patch_size", "patch_temporal") or 1)
-    first = next((m.in_features for m in tower.modules() if isinstance(m, nn.Linear)), None)
-    widths = [channels * temporal * patch * patch]
-    if isinstance(first, int) and first % (patch * patch) == 0:
-        widths.append(first)
-    size = workload.image_size or min(_size(config_value(config, "image_size")) or DEFAULT_GRID_IMAGE_SIZE, 448)
-    h = max(merge, size // patch // merge * merge)
-    n = max(1, workload.batch)
-    float_dtype = dtype if dtype is not None else torch.float32
-    for width in dict.fromkeys(widths):
-        for w in dict.fromkeys((h, h + merge)):
-            flat = torch.randn(n * steps * h * w, width, generator=gen).to(float_dtype)
-            grid = torch.tensor([[steps, h, w]] * n)
-            clip = f"{steps * temporal} frames of " if steps > 1 else ""
-            yield flat, grid, f"{clip}{h * patch}x{w * patch} px as {steps * h * w} patches of {width} values"
-
-
-_CROSS_NAMES = ("encoder_attn", "crossattention", "cross_attn", "cross_attention")
-
-
-def _cross_width(entry: nn.Module) -> int | None:
-    """The width of the encoder states a decoder's cross-attention reads (its key projection's
-    input size); ``None`` when it has no cross-attention."""
-    for path, module in entry.named_modules():
-        if path.rsplit(".", 1)[-1] in _CROSS_NAMES:
-            for key in ("k_proj", "key", "k"):
-                width = getattr(module._modules.get(key), "in_features", None)
-                if isinstance(width, int):
-                    return width
-    return None
-
-
-MAX_SERIES_STEPS = 512  # a time series' context made here (TimesFM 2.5's default context is 16384 steps)
-
-
-def _series_inputs(entry: nn.Module, params: dict, gen: Any, dtype: Any, workload: Workload) -> Iterator[ModelInputs]:
-    """A time series of the config's context length (bounded) for a forecaster's ``past_values``:
-    ``(batch, steps, channels)`` first, then ``(batch, steps)`` (PatchTST, TimesFM), with the
-    padding and frequency the forward requires."""
-    import torch
-
-    from .results import FedInput
-
-    config = entry.config
-
-    def count(*names: str, default: int) -> int:  # a positive integer of the config, else ``default``
-        value = config_value(config, *names)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
-
-    patch = count("patch_length", "patch_len", default=1)
-    steps = count("context_length", "context_len", default=4 * patch)
-    steps = max(patch, min(steps, MAX_SERIES_STEPS) // patch * patch)
-    channels = count("num_input_channels", "input_size", default=1)
-    n = max(1, workload.batch)
-    series = torch.randn(n, steps, channels, generator=gen).to(dtype if dtype is not None else torch.float32)
-    for values in (series, series[..., 0]):
-        kwargs: dict[str, Any] = {"past_values": values}
-        if "past_values_padding" in params:
-            kwargs["past_values_padding"] = torch.zeros(n, steps, dtype=values.dtype)
-        if "freq" in params:
-            kwargs["freq"] = torch.zeros(n, 1, dtype=torch.long)
-        size = f"{steps} steps x {channels} channel(s)" if values.dim() == 3 else f"{steps} steps"
-        fed = [FedInput("time series", "time series", n, size, "synthetic")]
-        yield ModelInputs("", kwargs, "time series", [f"{n} time series of {size}"], fed=fed)

@@ -27,11 +27,11 @@ from .inputs import (
     ModelInputs,
     candidate_inputs,
     entry_module,
-    flat_grid_pixels,
     key_modality,
     patch_conv,
 )
 from .media import DEFAULT_AUDIO_SECONDS, DEFAULT_FRAMES, Media
+from .part_inputs import flat_grid_pixels
 from .results import FedInput
 
 if TYPE_CHECKING:
@@ -596,12 +596,13 @@ def _counted_audio(
 ) -> ModelInputs:
     """Audio features made from the config and text with one audio token per audio feature the
     model makes, for a processor that makes no audio inputs here (Voxtral's takes audio only in
-    its chat template). The features are the shapes :func:`~fusion_core.run.inputs.audio_inputs`
+    its chat template). The features are the shapes :func:`~fusion_core.run.audio_inputs.audio_inputs`
     makes (mel bins, stacked frames, both layouts), the first the model's ``get_audio_features``
     takes, with the masks it takes."""
 
     from ..families._sample_inputs import config_value
-    from .inputs import _generator, audio_inputs
+    from .audio_inputs import audio_inputs
+    from .inputs import _generator
 
     audio_id = config_value(config, "audio_token_id", "audio_token_index")
     if not isinstance(audio_id, int) or isinstance(audio_id, bool):
