@@ -172,7 +172,8 @@ def _shrink_depth(d: dict[str, Any]) -> dict[str, int]:
             if key in old_layers or key in per_layer:
                 continue
             if isinstance(value, (list, tuple)) and value and all(_int(v) for v in value) and _INDEX_RE.search(key):
-                d[key] = _moved_list(value, old, n)
+                # every layer listed (Mistral Large 4's kv_source_layers: each layer its own) stays every layer
+                d[key] = type(value)(range(n)) if list(value) == list(range(old)) else _moved_list(value, old, n)
             elif key in points:
                 d[key] = _moved(value, old, n)
             elif key == "per_layer_config" and isinstance(value, dict):
@@ -278,6 +279,8 @@ def _shrink_width(d: dict[str, Any], plan: dict[str, Any]) -> None:
         kv_key, kv = _first(d, _KV_KEYS)
         if kv_key and kv:
             d[kv_key] = plan["new_heads"] if kv >= plan["heads"] else min(kv, 2)
+    parts = [d.get(k) for k in ("qk_nope_head_dim", "qk_rope_head_dim")]
+    summed = all(_int(v) for v in parts) and d.get("head_dim") == sum(parts)  # MLA: head_dim = nope + rope
     for key, value in list(d.items()):
         if key in (plan["width_key"], plan["heads_key"]) or isinstance(value, dict):
             continue
@@ -285,6 +288,13 @@ def _shrink_width(d: dict[str, Any], plan: dict[str, Any]) -> None:
             continue
         if _HEAD_DIM_RE.search(key) and _int(value) and value > 0:
             d[key] = max(2, round(value * dim_factor / 2) * 2)
+    if summed:  # still the sum after rounding (Dots3-Note's sliding-window heads assert it)
+        d["head_dim"] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
+    for key, value in list(d.items()):
+        if key in (plan["width_key"], plan["heads_key"]) or isinstance(value, dict) or _INDEX_RE.search(key):
+            continue
+        if _HEAD_DIM_RE.search(key) and _int(value) and value > 0:
+            continue
         elif (_FFN_RE.search(key) or _SSM_RE.search(key)) and _int(value) and value > 0:
             d[key] = _round_up(value * factor, 8) if not _SSM_HEADS_RE.search(key) else max(1, round(value * factor))
         elif _FFN_RE.search(key) and isinstance(value, (list, tuple)) and value and all(_int(v) for v in value):

@@ -145,6 +145,16 @@ def test_the_layer_a_merger_runs_after_is_moved_into_the_new_depth(model_type) -
         assert config.insert_layer_id == tower.insert_layer_id, how
 
 
+def test_a_list_of_every_layer_and_unset_router_counts() -> None:
+    """Mistral Large 4 lists every layer as its own key/value source (72 entries): the tiny
+    config lists every one of its layers. DeepSeek-V2's default leaves ``num_experts_per_tok``
+    unset (its checkpoints name 6): the tiny config routes each token to 2 experts."""
+    how, config = next(tiny_configs("mistral_large4_text"))
+    assert list(config.kv_source_layers) == list(range(config.num_hidden_layers)), how
+    _, config = next(tiny_configs("deepseek_v2"))
+    assert config.num_experts_per_tok == 2 and config.n_routed_experts > 2
+
+
 def test_a_pixel_shuffle_gets_a_patch_grid_it_divides() -> None:
     """Idefics3's default config: 224 / 32 = 7 patches a side, shuffled by 2; every variant gets
     8 a side (256 px), and a grid that already divides is left as it is."""
