@@ -159,13 +159,23 @@ def _shrink_depth(d: dict[str, Any]) -> dict[str, int]:
     if points:  # a layer index below a list of them (SegGPT: merge_index 2 < min([5, 11, 17, 23])): both stay apart
         lists = [v for k, v in d.items() if isinstance(v, (list, tuple)) and v and _INDEX_RE.search(k)]
         n = max(n, *(min(len(set(v)), 4) + 1 for v in lists)) if lists else n
+    shared = d.get("num_kv_shared_layers")
+    # the last layers reuse the caches of earlier ones (Gemma 3n, Gemma 4): a producer of each kind first
+    sharing = _int(shared) and counts and 0 < shared < max(counts)
+    if sharing:
+        n = max(n, 2 * kinds)
     for key in old_layers:
         d[key] = min(n, old_layers[key])
     for key in per_layer:  # one entry per layer: one of each kind first, in their order
         value = d[key]
         firsts = [i for i, x in enumerate(value) if repr(x) not in {repr(y) for y in value[:i]}]
+        if sharing and len(firsts) * 2 <= n:  # each kind once as producer, then once as consumer
+            d[key] = type(value)([value[i] for i in firsts] * (n // len(firsts)))
+            continue
         picked = sorted((firsts + [i for i in range(len(value)) if i not in firsts])[:n])
         d[key] = type(value)(value[i] for i in picked)
+    if _int(shared) and counts and shared > 0:
+        d["num_kv_shared_layers"] = min(n, kinds) if sharing else n  # all shared stays all shared
     if counts:
         old = max(counts)
         for key, value in list(d.items()):

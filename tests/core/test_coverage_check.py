@@ -155,6 +155,25 @@ def test_a_list_of_every_layer_and_unset_router_counts() -> None:
     assert config.num_experts_per_tok == 2 and config.n_routed_experts > 2
 
 
+@pytest.mark.parametrize("model_type", ["gemma3n_text", "gemma4_unified_assistant"])
+def test_layers_that_reuse_caches_keep_a_producer_of_each_kind(model_type) -> None:
+    """Gemma 3n's last 15 of 35 layers reuse the caches of earlier layers of their kind: the tiny
+    config has a producer of each kind, then a consumer of each. Gemma 4's assistant shares
+    every layer: all its tiny layers share."""
+    from transformers import CONFIG_MAPPING
+
+    default = CONFIG_MAPPING[model_type]().get_text_config()
+    _, tiny = next(tiny_configs(model_type))
+    config = tiny.get_text_config()
+    kinds = list(dict.fromkeys(config.layer_types))
+    if default.num_kv_shared_layers == default.num_hidden_layers:
+        assert config.num_kv_shared_layers == config.num_hidden_layers
+    else:
+        producers = config.layer_types[: config.num_hidden_layers - config.num_kv_shared_layers]
+        assert set(producers) == set(kinds) and config.num_kv_shared_layers > 0
+    assert len(config.kv_sharing_modes) == config.num_hidden_layers  # what transformers validates
+
+
 def test_a_pixel_shuffle_gets_a_patch_grid_it_divides() -> None:
     """Idefics3's default config: 224 / 32 = 7 patches a side, shuffled by 2; every variant gets
     8 a side (256 px), and a grid that already divides is left as it is."""
