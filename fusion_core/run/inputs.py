@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from ..families.base import Workload
 
-_PIXEL_KEYS = ("pixel_values", "pixel_values_videos")
+_PIXEL_KEYS = ("pixel_values", "pixel_values_videos", "image")  # "image": BridgeTower's vision model
 DEFAULT_SEQ_LEN = 128  # text tokens when neither the workload nor a prompt says
 DEFAULT_GRID_IMAGE_SIZE = 224  # Qwen-VL-like models state no image size; their processors take any
 _SPECIAL_TOKEN_NAMES = ("token_id", "token_index")
@@ -422,6 +422,8 @@ def key_modality(name: str) -> str | None:
         return None
     if name.startswith("pixel_values"):
         return "video" if "video" in name else "image"
+    if name == "image":  # BridgeTower's vision model takes its pixels as ``image``
+        return "image"
     if name.startswith(_AUDIO_PREFIXES):
         return "audio"
     return None
