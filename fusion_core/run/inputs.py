@@ -422,7 +422,7 @@ def key_modality(name: str) -> str | None:
         return None
     if name.startswith("pixel_values"):
         return "video" if "video" in name else "image"
-    if name == "image":  # BridgeTower's vision model takes its pixels as ``image``
+    if name in ("image", "flattened_patches"):  # BridgeTower's vision model; Kosmos-2.5's and Pix2Struct's patches
         return "image"
     if name.startswith(_AUDIO_PREFIXES):
         return "audio"
