@@ -51,7 +51,10 @@ def config_value(config: Any, *names: str) -> Any:
             continue
         seen.add(id(cfg))
         for name in names:
-            value = getattr(cfg, name, None)
+            try:
+                value = getattr(cfg, name, None)
+            except Exception:  # a per-layer attribute read globally (transformers' heterogeneous configs): not one value
+                value = None
             if value is not None and not isinstance(value, PretrainedConfig):
                 return value
         queue.extend(v for v in vars(cfg).values() if isinstance(v, PretrainedConfig))
