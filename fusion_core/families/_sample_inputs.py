@@ -53,7 +53,9 @@ def config_value(config: Any, *names: str) -> Any:
         for name in names:
             try:
                 value = getattr(cfg, name, None)
-            except Exception:  # a per-layer attribute read globally (transformers' heterogeneous configs): not one value
+            except (
+                Exception
+            ):  # a per-layer attribute read globally (transformers' heterogeneous configs): not one value
                 value = None
             if value is not None and not isinstance(value, PretrainedConfig):
                 return value

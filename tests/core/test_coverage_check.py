@@ -362,6 +362,15 @@ def test_a_part_saved_alone_is_opened_and_checked_end_to_end(model_type, kinds) 
         ("kimi_k25_vision", ["image"]),
         # ViLT reads its patch Conv's weight shape: the fused host's old name gives the Conv's shape
         ("vilt", ["image", "text"]),
+        # no image processor here, flat patches of a Linear tower for images and clips, a 3 s waveform
+        ("muse_spark", ["audio", "image", "text", "video"]),
+        # video told from image tokens by the video start and end tokens around them
+        ("glm5_next", ["image", "text", "video"]),
+        # image and video merge sizes; patches batched per image
+        ("video_llama_3", ["image", "text", "video"]),
+        ("colqwen2", ["image", "text"]),
+        # its pixels are named image
+        ("bridgetower_vision_model", ["image"]),
         # a decoder alone over a sequence of vectors, and a perceiver's (context, attention_mask)
         ("blt_global_transformer", ["embeddings"]),
         ("idefics2_perceiver", ["embeddings"]),
@@ -413,6 +422,27 @@ def test_a_media_token_the_default_config_leaves_unset_is_named() -> None:
     result = check_type("instructblip", ["patch_embeddings_2d", "qkv", "gate_up"], 0)
     assert result["status"] == VERIFIED, result["reason"]  # and its Q-Former gets the instruction
     assert result["input_kinds"] == ["image", "text"]
+
+
+def test_a_text_run_reaches_what_the_speech_runs_do_not() -> None:
+    """SeamlessM4T takes speech or text, never both: its text encoder is verified end to end by
+    the synthetic-text run, which runs because the speech run does not reach it (its
+    text-to-unit model runs only in generate: verified on sample inputs, a fallback)."""
+    result = check_type("seamless_m4t", ["qkv"], 0)
+    assert result["status"] == FALLBACK and result["reason"].startswith("t2u_model."), result["reason"]
+    assert result["input_kinds"] == ["audio", "text"]
+
+
+def test_config_values_a_heterogeneous_config_refuses_are_unset() -> None:
+    """Gemma 4's assistant raises on a global read of a per-layer attribute (``head_dim``): the
+    sample maker reads it as unset instead of failing the check."""
+    from fusion_core.families._sample_inputs import config_value
+
+    _, config = next(tiny_configs("gemma4_unified_assistant"))
+    with pytest.raises(Exception, match="per-layer attribute"):
+        _ = config.get_text_config().head_dim
+    assert config_value(config, "head_dim") is None
+    assert check_type("gemma4_unified_assistant", ["gate_up"], 0)["status"] == FALLBACK
 
 
 def test_a_segmenters_mask_prompt_runs_its_mask_embedding() -> None:
