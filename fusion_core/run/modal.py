@@ -198,6 +198,8 @@ def _processed(
             own_tokens = (
                 f"{label}: the processor inserts its own {media.kind} tokens (with ours too: {one_line(e, limit=160)})"
             )
+    elif media.kind == "audio":  # an audio model alone: its feature extractor
+        out = proc(items, sampling_rate=media.sampling_rate, return_tensors="pt")
     else:  # a vision tower alone: its image processor
         out = proc(**{("images" if arg == "images" else arg): items}, return_tensors="pt")
     kept: dict[str, Any] = {}
@@ -744,7 +746,8 @@ _TOWERS = ("vision_tower", "visual", "vision_model", "vision_encoder", "vision")
 def _has(proc: Any, kind: str) -> bool:
     if kind == "image":
         return getattr(proc, "image_processor", None) is not None or not hasattr(proc, "tokenizer")
-    return getattr(proc, "feature_extractor", None) is not None
+    # a processor's feature extractor, or a bare one (an audio model with no processor class)
+    return getattr(proc, "feature_extractor", None) is not None or callable(getattr(proc, "pad", None))
 
 
 def _config_candidates(model: nn.Module, paths: list[str], workload: Workload) -> list[ModelInputs]:

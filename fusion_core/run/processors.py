@@ -184,7 +184,16 @@ def processor_from_config(config: Any, folder: Path | None = None) -> tuple[Any,
     name = PROCESSOR_MAPPING_NAMES.get(model_type)
     cls = getattr(transformers, name, None) if name else None
     if cls is None:
-        return None, f"transformers maps no processor to model type {model_type!r}"
+        why = f"transformers maps no processor to model type {model_type!r}"
+        try:  # an audio model with no processor class (AST): its feature extractor alone
+            extractor = _feature_extractor(model_type, config)
+        except Exception as e:  # X-Codec 2's needs torchaudio
+            from ..errors import one_line
+
+            return None, f"{why}, and its feature extractor cannot be built ({one_line(e, first=True, limit=160)})"
+        if extractor is not None:
+            return extractor, f"{type(extractor).__name__} built from the config (no processor is mapped to the type)"
+        return None, why
     wanted = list(cls.get_attributes())
     parts: dict[str, Any] = {}
     loaded: list[str] = []

@@ -433,6 +433,20 @@ def test_a_text_run_reaches_what_the_speech_runs_do_not() -> None:
     assert result["input_kinds"] == ["audio", "text"]
 
 
+@pytest.mark.filterwarnings("ignore:At least one mel filter has all zero values")  # AST's default filter bank
+def test_an_audio_model_with_no_processor_class_gets_its_feature_extractor() -> None:
+    """transformers maps no processor to AST, only a feature extractor: the synthetic waveform
+    goes through it (the config-made mel frames are not what AST's patch grid takes)."""
+    from fusion_core.run.processors import processor_from_config
+
+    _, config, _ = _built("audio-spectrogram-transformer")
+    proc, note = processor_from_config(config)
+    assert type(proc).__name__ == "ASTFeatureExtractor" and "no processor is mapped" in note
+    result = check_type("audio-spectrogram-transformer", ["patch_embeddings_2d", "qkv"], 0)
+    assert result["status"] == VERIFIED, result["reason"]
+    assert result["input_kinds"] == ["audio"]
+
+
 def test_config_values_a_heterogeneous_config_refuses_are_unset() -> None:
     """Gemma 4's assistant raises on a global read of a per-layer attribute (``head_dim``): the
     sample maker reads it as unset instead of failing the check."""
