@@ -62,7 +62,7 @@ _NOT_WIDTH_RE = re.compile(
     r"vocab|image|patch|position|window|chunk|kernel|max_|^num_|sampling|pool|stride|token|length|"
     r"bins|frames|temporal|merge|mel|spatial|batch|codebook_size|rope|cache|seq|crop"
 )  # fmt: skip
-_SSM_RE = re.compile(r"(mamba|ssm|linear)_?(d_ssm|n_heads|num_heads|expand_dim)$|^mamba_d_ssm$")
+_SSM_RE = re.compile(r"(mamba|ssm|linear)_?(d_ssm|n_heads|num_heads|expand_dim|headdim)$|^mamba_d_ssm$")
 _SSM_HEADS_RE = re.compile(r"heads$")
 _CHANNELS_RE = re.compile(r"(^|_)(channels?|filters|channel_list|dims?)$|channels$")
 
