@@ -87,13 +87,20 @@ def patches_as_images(
 ) -> Iterator[ModelInputs]:  # fmt: skip
     """For a grid model whose Conv2d embeds each patch as a small image (Kimi-K2.5): ``inputs``'
     patches shaped ``(patches, channels, p, p)``, then the same on a square grid (its position
-    table may hold only square grids)."""
+    table may hold only square grids); then both batched per image (PaddleOCR-VL's tower takes
+    ``(images, patches, channels, p, p)``)."""
     if len(conv.kernel_size) != 2:
         return
     shape = (int(conv.in_channels), *map(int, conv.kernel_size))
-    for made in (inputs, _grid_inputs(entry, conv, params, gen, dtype, _square(workload, inputs, conv))):
-        kwargs = {**inputs.kwargs, **made.kwargs, "pixel_values": made.kwargs["pixel_values"].reshape(-1, *shape)}
-        yield ModelInputs(inputs.entry, kwargs, inputs.kind, [*made.notes, "each patch as a small image"])
+    square = _grid_inputs(entry, conv, params, gen, dtype, _square(workload, inputs, conv))
+    for batched in (False, True):
+        for made in (inputs, square):
+            rows = int(made.kwargs["image_grid_thw"].shape[0]) if batched else None
+            pixels = made.kwargs["pixel_values"]
+            pixels = pixels.reshape(rows, -1, *shape) if rows else pixels.reshape(-1, *shape)
+            kwargs = {**inputs.kwargs, **made.kwargs, "pixel_values": pixels}
+            note = "each patch as a small image" + (", batched per image" if batched else "")
+            yield ModelInputs(inputs.entry, kwargs, inputs.kind, [*made.notes, note])
 
 
 def takes_grid(params: dict) -> bool:
