@@ -391,7 +391,7 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
                     )
                 if user or options.prompt is not None:
                     made.kind = PROCESSOR_KIND
-                group.candidates.append(made)
+                group.candidates += [made, *_with_decoder(made, config, params)]
             except CheckError as e:
                 if user:
                     raise CheckError(f"--{m.kind}: {e}") from None
@@ -421,14 +421,14 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
                 )
                 if user or options.prompt is not None:
                     made.kind = PROCESSOR_KIND
-                group.candidates.append(made)
+                group.candidates += [made, *_with_decoder(made, config, params)]
             except Exception as e:  # no image processor either: inputs from the config
                 why = one_line(e, first=True, named=True, limit=200)
                 if not user and not group.candidates:
                     try:  # pictures of the tower's size, as many image tokens as the model makes features
                         made = _counted_clip(model, paths, config, params, dtype, workload, label, "image")
                         made.notes[0] += f" (no processor: {proc_note}; image processor: {why})"
-                        group.candidates.append(made)
+                        group.candidates += [made, *_with_decoder(made, config, params)]
                     except Exception as e2:
                         why += f"; none from the config either ({one_line(e2, first=True, named=True, limit=150)})"
                 if user and not group.candidates:
@@ -738,6 +738,30 @@ def _counted_clip(
     ]
     note = f"{label}: {kind} of {size} made from the config; as many {kind} tokens as its {kind} features"
     return ModelInputs(entry_path, kept, label, [note], fed=fed)
+
+
+def _with_decoder(made: ModelInputs, config: Any, params: dict) -> list[ModelInputs]:
+    """``made`` with a few decoder tokens from the decoder's start token, for an encoder-decoder
+    that does not derive them itself (T5Gemma 2); none where the forward takes no decoder ids."""
+    ids = made.kwargs.get("input_ids")
+    if "decoder_input_ids" not in params or "decoder_input_ids" in made.kwargs or ids is None:
+        return []
+    import torch
+
+    from .inputs import _decoder_start
+
+    start = _decoder_start(config)
+    decoder = torch.cat([torch.full_like(ids[:, :1], start), ids[:, : max(1, min(7, ids.shape[1] - 1))]], dim=1)
+    note = f"{decoder.shape[1]} decoder tokens from token {start}"
+    return [
+        ModelInputs(
+            made.entry,
+            {**made.kwargs, "decoder_input_ids": decoder},
+            made.kind,
+            [*made.notes, note],
+            fed=list(made.fed),
+        )
+    ]
 
 
 _TOWERS = ("vision_tower", "visual", "vision_model", "vision_encoder", "vision")
