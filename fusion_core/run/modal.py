@@ -247,11 +247,14 @@ def _as_taken(out: dict[str, Any], params: Any) -> dict[str, Any]:
         same = [k for k in out if key_modality(k) == kind and k not in params]
         if len(free) == 1 and len(same) == 1:
             renamed[free[0]] = renamed.pop(key)
-    for key in out:  # a vision tower alone takes its medium's grid as ``grid_thw`` (Cosmos3-Edge)
+    for key in out:  # a vision tower alone takes its medium's grid as ``grid_thw`` (Cosmos3-Edge, VideoLLaMA 3)
         bare = key.removeprefix("image_").removeprefix("video_")
-        if bare != key and key not in params and bare in params and bare not in renamed:
+        if bare in _BARE_GRID and bare != key and key not in params and bare in params and bare not in renamed:
             renamed[bare] = renamed.pop(key)
     return renamed
+
+
+_BARE_GRID = ("grid_thw", "merge_sizes")
 
 
 def _own_placeholders(proc: Any, kind: str, prompt: str, n: int, kwargs: dict[str, Any], error: Exception) -> Any:
