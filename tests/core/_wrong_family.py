@@ -53,3 +53,42 @@ def scaled_gate_up(factor: float, name: str) -> Iterator[str]:
         yield spec.name
     finally:
         unregister(spec.name)
+
+
+@contextmanager
+def flat_weight_2d() -> Iterator[str]:
+    """A ``patch_embeddings_2d`` family whose fused host gives the Linear's 2-D weight under the
+    Conv's old name (as ours did before it gave the Conv's shape): right numbers module by
+    module, but a model that reads the Conv's 4-D weight shape (ViLT) raises. Yields its name."""
+    from fusion_core.families._conv_patch import PatchCall
+    from fusion_core.families.patch_embeddings_2d import PatchEmbeddings2dFusion
+
+    class FlatWeight:
+        def __init__(self, call: PatchCall) -> None:
+            self._call = call
+
+        def __call__(self, x):
+            return self._call(x)
+
+        def __getattr__(self, name: str):
+            if name == "weight":
+                return self._call._host._modules[self._call._name].weight
+            return getattr(self._call, name)
+
+    class Flat(PatchEmbeddings2dFusion):
+        name = "test_flat_weight_2d"
+
+        def make_fused_class(self, original_cls: type) -> type:
+            fused = super().make_fused_class(original_cls)
+
+            def __getattr__(module, name):  # the module's own attribute hook
+                value = fused.__getattr__(module, name)
+                return FlatWeight(value) if isinstance(value, PatchCall) else value
+
+            return type(fused.__name__, (fused,), {"__getattr__": __getattr__, "__module__": fused.__module__})
+
+    spec = register(Flat(), origin="test")
+    try:
+        yield spec.name
+    finally:
+        unregister(spec.name)

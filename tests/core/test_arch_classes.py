@@ -659,12 +659,18 @@ def test_a_model_that_draws_noise_gets_the_same_noise_original_and_fused(tmp_pat
 
 
 def test_a_fused_model_that_raises_where_the_original_runs_fails_with_why(tmp_path: Path, capsys) -> None:
-    """ViLT's embeddings read the patch convolution's 4-D weight shape from the parent: the
-    fused patch embedding passes alone, but the fused model raises. The check fails and says
-    why, instead of ending in an internal error."""
+    """ViLT's embeddings read the patch convolution's 4-D weight shape from the parent. Our
+    family gives that shape under the Conv's old name, and the check passes; a family that
+    gives the Linear's 2-D weight there passes module by module, but the fused model raises.
+    The check fails and says why, instead of ending in an internal error."""
+    from _wrong_family import flat_weight_2d
 
     folder = _tiny("vilt", tmp_path / "model")[0]
     code = main(["check", str(folder), "--fusion", "patch_embeddings_2d", *CLI_FAST, "--json"])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    with flat_weight_2d() as name:
+        code = main(["check", str(folder), "--fusion", name, *CLI_FAST, "--json"])
     captured = capsys.readouterr()
     assert code == 1, captured.err
     result = json.loads(captured.out)
