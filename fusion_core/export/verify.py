@@ -226,8 +226,8 @@ def pick_inputs(model: Any, paths: list[str], seed: int = 0) -> tuple[Any, str, 
     A dual-tower model (CLIP, SigLIP: its forward takes both ``input_ids`` and
     ``pixel_values``) gets both, since each tower needs its own input.
     """
+    from ..run.candidates import candidate_inputs
     from ..run.checks import main_output
-    from ..run.inputs import candidate_inputs
 
     candidates = candidate_inputs(model, paths, seed=seed)
     dual = _dual_tower_inputs(model, seed)

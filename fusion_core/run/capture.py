@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckError, one_line
 from ..progress import heartbeat
-from .inputs import candidate_inputs
+from .candidates import candidate_inputs
 from .results import tensors_of
 
 if TYPE_CHECKING:

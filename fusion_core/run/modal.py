@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckError, one_line
 from ..text import printable
+from .candidates import candidate_inputs
 from .inputs import (
     DEFAULT_GRID_IMAGE_SIZE,
     ModelInputs,
-    candidate_inputs,
     entry_module,
     key_modality,
     patch_conv,

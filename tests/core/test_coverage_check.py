@@ -465,7 +465,7 @@ def test_a_segmenters_mask_prompt_runs_its_mask_embedding() -> None:
     import torch
     from transformers import SamConfig, SamModel
 
-    from fusion_core.run.inputs import candidate_inputs
+    from fusion_core.run.candidates import candidate_inputs
 
     config = SamConfig(
         vision_config={"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 64,
