@@ -67,7 +67,7 @@ def register(sub: Any) -> None:
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count; 0: in this process)")
     p.add_argument("--only", action="append", default=[], metavar="MODEL_TYPE", help="scan only these types")
     p.add_argument(
-        "--timeout", type=float, default=None, metavar="SECONDS", help="limit per model type (default 30; --check 240)"
+        "--timeout", type=float, default=None, metavar="SECONDS", help="limit per model type (default 30; --check 900)"
     )
     p.add_argument(
         "--check",
