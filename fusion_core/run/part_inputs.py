@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 #: what a part of a model (a decoder alone, a perceiver, an encoder behind a projector) takes
 #: in place of tokens or pixels: a sequence of vectors
-_STATE_KEYS = ("inputs_embeds", "input_embeds", "context", "patch_embeds", "hidden_states")
+_STATE_KEYS = ("inputs_embeds", "input_embeds", "context", "patch_embeds", "hidden_states", "latents")
 
 
 def state_inputs(entry: nn.Module, params: dict, gen: Any, dtype: Any, workload: Workload) -> Iterator[ModelInputs]:
@@ -49,10 +49,15 @@ def state_inputs(entry: nn.Module, params: dict, gen: Any, dtype: Any, workload:
     widths = [config_value(entry.config, "hidden_size", "d_model", "embed_dim")]
     widths.append(next((m.in_features for m in entry.modules() if isinstance(m, nn.Linear)), None))
     widths.append(next((m.normalized_shape[-1] for m in entry.modules() if isinstance(m, nn.LayerNorm)), None))
+    first_conv = next((m for m in entry.modules() if isinstance(m, nn.Conv1d)), None)
+    channels_first = key == "latents" and first_conv is not None  # a codec's decoder: (batch, channels, frames)
+    if channels_first:
+        widths.insert(0, int(first_conv.in_channels))
     n, steps = max(1, workload.batch), min(workload.seq_len or DEFAULT_SEQ_LEN, _max_text(entry.config))
     float_dtype = dtype if dtype is not None else torch.float32
     for width in dict.fromkeys(w for w in widths if isinstance(w, int) and w > 0):
-        kwargs: dict[str, Any] = {key: torch.randn(n, steps, width, generator=gen).to(float_dtype)}
+        shape = (n, width, steps) if channels_first else (n, steps, width)
+        kwargs: dict[str, Any] = {key: torch.randn(*shape, generator=gen).to(float_dtype)}
         for name, p in params.items():
             if name == key or p.default is not inspect.Parameter.empty:
                 continue
@@ -60,7 +65,7 @@ def state_inputs(entry: nn.Module, params: dict, gen: Any, dtype: Any, workload:
                 kwargs[name] = torch.ones(n, steps, dtype=torch.long)
             elif name == "position_ids":
                 kwargs[name] = torch.arange(steps).expand(n, steps)
-        size = f"{steps} x {width}"
+        size = f"{width} channels x {steps} frames" if channels_first else f"{steps} x {width}"
         fed = [FedInput("embeddings", "embeddings", n, size, "synthetic")]
         yield ModelInputs("", kwargs, "embeddings", [f"{n} sequence(s) of {size} embeddings in {key}"], fed=fed)
 
