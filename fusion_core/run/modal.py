@@ -300,7 +300,8 @@ def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
         )
     for key in [k for k in kw if key_modality(k) in ("image", "video")]:
         v = kw.get(key)
-        if v is not None and v.dim() >= 4 and "image_grid_thw" not in kw and "video_grid_thw" not in kw:
+        grids = ("image_grid_thw", "video_grid_thw", "grid_thw")
+        if v is not None and v.dim() >= 4 and not any(g in kw for g in grids):
             kind = "video" if (key_modality(key) == "video" or v.dim() == 5) else "image"
             fed.append(FedInput(label, kind, int(v.shape[0]), f"{v.shape[-1]}x{v.shape[-2]} px", "synthetic"))
     for key in [k for k in kw if key_modality(k) == "audio"][:1]:

@@ -371,6 +371,10 @@ def test_a_part_saved_alone_is_opened_and_checked_end_to_end(model_type, kinds) 
         ("colqwen2", ["image", "text"]),
         # its pixels are named image
         ("bridgetower_vision_model", ["image"]),
+        # a codec's decoder alone: latents, channels first
+        ("mimi_decoder", ["embeddings"]),
+        # each patch a small image, batched per image
+        ("paddleocr_vl_vision", ["image"]),
         # a decoder alone over a sequence of vectors, and a perceiver's (context, attention_mask)
         ("blt_global_transformer", ["embeddings"]),
         ("idefics2_perceiver", ["embeddings"]),
