@@ -289,8 +289,6 @@ def _shrink_width(d: dict[str, Any], plan: dict[str, Any]) -> None:
         kv_key, kv = _first(d, _KV_KEYS)
         if kv_key and kv:
             d[kv_key] = plan["new_heads"] if kv >= plan["heads"] else min(kv, 2)
-    parts = [d.get(k) for k in ("qk_nope_head_dim", "qk_rope_head_dim")]
-    summed = all(_int(v) for v in parts) and d.get("head_dim") == sum(parts)  # MLA: head_dim = nope + rope
     for key, value in list(d.items()):
         if key in (plan["width_key"], plan["heads_key"]) or isinstance(value, dict):
             continue
@@ -298,13 +296,6 @@ def _shrink_width(d: dict[str, Any], plan: dict[str, Any]) -> None:
             continue
         if _HEAD_DIM_RE.search(key) and _int(value) and value > 0:
             d[key] = max(2, round(value * dim_factor / 2) * 2)
-    if summed:  # still the sum after rounding (Dots3-Note's sliding-window heads assert it)
-        d["head_dim"] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
-    for key, value in list(d.items()):
-        if key in (plan["width_key"], plan["heads_key"]) or isinstance(value, dict) or _INDEX_RE.search(key):
-            continue
-        if _HEAD_DIM_RE.search(key) and _int(value) and value > 0:
-            continue
         elif (_FFN_RE.search(key) or _SSM_RE.search(key)) and _int(value) and value > 0:
             d[key] = _round_up(value * factor, 8) if not _SSM_HEADS_RE.search(key) else max(1, round(value * factor))
         elif _FFN_RE.search(key) and isinstance(value, (list, tuple)) and value and all(_int(v) for v in value):
@@ -416,7 +407,7 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
         for sub, own in zip(dicts, cuts, strict=True):
             _feature_layers(sub, cut[old], old, bool(own))
     for key, value in list(d.items()):  # a layer index the top level hands down (MiniCPM-V's insert_layer_id)
-        moved = [s[key] for s in dicts[1:] if s is not d and _int(s.get(key)) and s[key] != value]
+        moved = [s[key] for s in dicts[1:] if _int(s.get(key)) and s[key] != value]
         if _int(value) and _LAYER_POINT_RE.search(key) and moved:
             d[key] = moved[0]
     _pixel_shuffle_grid(dicts)
