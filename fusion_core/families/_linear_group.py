@@ -444,6 +444,9 @@ def _group_samples(
         q = module._modules.get("q_proj") or getattr(module, "q_proj", None)
         head_dim = int(q.out_features) // int(heads) if heads and q is not None else None
     packed_first = "cu_seqlens" in params
+    # the widths of the other sequence (a cross-attention's keys) and of queries called second
+    key_width = s.projection_width(module, _KEY_NAMES) or hidden
+    query_width = s.projection_width(module, _QUERY_NAMES) or hidden
     cands = []
     for packed in (packed_first, not packed_first):
         lead = (seq,) if packed else (batch, seq)
@@ -459,7 +462,7 @@ def _group_samples(
                 kwargs[name] = torch.polar(torch.ones_like(angles), angles)
             elif name == "hidden_states" and p.default is inspect.Parameter.empty:
                 # the queries of an attention called as (key_value_states, hidden_states): Aria's projector
-                kwargs[name] = s.randn(workload, gen, *lead[:-1], max(1, seq // 2), _query_width(module, hidden))
+                kwargs[name] = s.randn(workload, gen, *lead[:-1], max(1, seq // 2), query_width)
             elif name == "cu_seqlens":
                 kwargs[name] = torch.tensor([0, seq], dtype=torch.int32, device=workload.device)
             elif name == "max_seqlen":
@@ -469,7 +472,7 @@ def _group_samples(
             elif name in _KEY_VALUE and p.default is inspect.Parameter.empty:
                 kwargs[name] = x  # attention called as (query, key, value): SAM's, self-attention here
             elif name in _CONTEXT and p.default is inspect.Parameter.empty:
-                kwargs[name] = s.randn(workload, gen, *lead, _context_width(module, hidden))  # a perceiver's
+                kwargs[name] = s.randn(workload, gen, *lead, key_width)  # a perceiver's
             elif p.default is inspect.Parameter.empty:
                 kwargs[name] = None  # masks, caches: None means "none" in transformers' modules
         label = f"hidden states {tuple(x.shape)}" + (f" with {', '.join(kwargs)}" if kwargs else "")
@@ -479,7 +482,7 @@ def _group_samples(
             cands.append((f"{label} (added to the states)", ((x,), added)))
         optional = [n for n in names[1:] if n in _CONTEXT and n not in kwargs]
         if optional:  # cross-attention: the other sequence is optional in the signature, needed in the body
-            other = s.randn(workload, gen, *lead[:-1], max(1, seq // 2), _context_width(module, hidden))
+            other = s.randn(workload, gen, *lead[:-1], max(1, seq // 2), key_width)
             cands.append((f"{label} and {optional[0]} {tuple(other.shape)}", ((x,), {**kwargs, optional[0]: other})))
     return cands
 
@@ -487,25 +490,9 @@ def _group_samples(
 _KEY_VALUE = ("key", "value", "keys", "values")
 #: the other sequence of a cross-attention or perceiver
 _CONTEXT = ("encoder_hidden_states", "context", "key_value_states", "cross_attention_states")
+#: the key and the query projections' names, whose input sizes are the widths a sample gives
 _KEY_NAMES = ("k_proj", "key", "k", "to_k", "kv_proj", "kv")
-
-
-def _query_width(module: nn.Module, hidden: int) -> int:
-    """The width the queries are projected from: the query projection's input size, else ``hidden``."""
-    for name in ("q_proj", "query", "q", "to_q"):
-        width = getattr(module._modules.get(name), "in_features", None)
-        if isinstance(width, int):
-            return width
-    return hidden
-
-
-def _context_width(module: nn.Module, hidden: int) -> int:
-    """The width the keys are projected from: the key projection's input size, else ``hidden``."""
-    for name in _KEY_NAMES:
-        width = getattr(module._modules.get(name), "in_features", None)  # a Linear, or a fused member's alias
-        if isinstance(width, int):
-            return width
-    return hidden
+_QUERY_NAMES = ("q_proj", "query", "q", "to_q")
 
 
 __all__ = ["FusedLinearGroupMixin", "LinearAlias", "LinearGroup", "LinearGroupFusion", "concat_linears"]

@@ -53,9 +53,7 @@ def config_value(config: Any, *names: str) -> Any:
         for name in names:
             try:
                 value = getattr(cfg, name, None)
-            except (
-                Exception
-            ):  # a per-layer attribute read globally (transformers' heterogeneous configs): not one value
+            except Exception:  # transformers' per-layer configs refuse a global read: not one value
                 value = None
             if value is not None and not isinstance(value, PretrainedConfig):
                 return value
@@ -88,6 +86,16 @@ def first_accepted(module: nn.Module, candidates: Iterable[tuple[str, Inputs]], 
         return args, kwargs
     detail = "; ".join(errors) or "no candidate"
     raise ValueError(f"no sample input {type(module).__name__} accepts as {what} ({detail})")
+
+
+def projection_width(module: nn.Module, names: Iterable[str]) -> int | None:
+    """The input size of the first child of ``module`` named in ``names`` (a Linear, or a fused
+    group member's alias): the width that projection reads; ``None`` when none has one."""
+    for name in names:
+        width = getattr(module._modules.get(name), "in_features", None)
+        if isinstance(width, int):
+            return width
+    return None
 
 
 def seq_len(workload: Workload) -> int:

@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..families._sample_inputs import config_value
+from ..families._sample_inputs import config_value, projection_width
 from .inputs import (
     DEFAULT_GRID_IMAGE_SIZE,
     DEFAULT_SEQ_LEN,
@@ -160,11 +160,9 @@ def cross_width(entry: nn.Module) -> int | None:
     """The width of the encoder states a decoder's cross-attention reads (its key projection's
     input size); ``None`` when it has no cross-attention."""
     for path, module in entry.named_modules():
-        if path.rsplit(".", 1)[-1] in _CROSS_NAMES:
-            for key in ("k_proj", "key", "k"):
-                width = getattr(module._modules.get(key), "in_features", None)
-                if isinstance(width, int):
-                    return width
+        width = projection_width(module, ("k_proj", "key", "k")) if path.rsplit(".", 1)[-1] in _CROSS_NAMES else None
+        if width is not None:
+            return width
     return None
 
 
