@@ -13,7 +13,6 @@ from .inputs import (
     _PIXEL_KEYS,
     DEFAULT_SEQ_LEN,
     ModelInputs,
-    _decoder_start,
     _frames_as_images,
     _generator,
     _grid_inputs,
@@ -22,6 +21,7 @@ from .inputs import (
     _signature,
     _size,
     _text_ids,
+    decoder_ids,
     entry_module,
     pixel_conv,
     video_grid_inputs,
@@ -156,8 +156,7 @@ def candidate_inputs(
                 yield ModelInputs(entry_path, with_states, "text", [f"{note}, encoder states {tuple(states.shape)}"])
             yield ModelInputs(entry_path, row, "text", [note])
         if "decoder_input_ids" in params:  # an encoder-decoder that does not derive them itself
-            start = _decoder_start(entry.config)
-            decoder = torch.cat([torch.full_like(ids[:, :1], start), ids[:, : max(1, min(7, length - 1))]], dim=1)
+            decoder, start = decoder_ids(ids, entry.config)
             yield ModelInputs(
                 entry_path,
                 {**kwargs, "decoder_input_ids": decoder},

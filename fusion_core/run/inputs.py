@@ -191,7 +191,7 @@ def _grid_inputs(
         input_ids = torch.tensor([ids] * n)
         kwargs["input_ids"] = input_ids
         if "mm_token_type_ids" in params:
-            kwargs["mm_token_type_ids"] = (input_ids == image_id).to(torch.int32)
+            kwargs["mm_token_type_ids"] = token_types(input_ids, image_id, "image")
         if "attention_mask" in params:
             kwargs["attention_mask"] = torch.ones_like(input_ids)
         notes.append(f"{len(ids)} tokens per row, {n_image} of them image tokens")
@@ -267,7 +267,7 @@ def video_grid_inputs(
         input_ids = torch.tensor([ids] * n)
         kwargs["input_ids"] = input_ids
         if "mm_token_type_ids" in params:
-            kwargs["mm_token_type_ids"] = (input_ids == video_id).to(torch.int32) * 2
+            kwargs["mm_token_type_ids"] = token_types(input_ids, video_id, "video")
         if "attention_mask" in params:
             kwargs["attention_mask"] = torch.ones_like(input_ids)
         notes.append(
@@ -427,6 +427,23 @@ def key_modality(name: str) -> str | None:
     if name.startswith(_AUDIO_PREFIXES):
         return "audio"
     return None
+
+
+def token_types(ids: torch.Tensor, token_id: int, kind: str) -> torch.Tensor:
+    """``mm_token_type_ids`` for ``ids``: 1 at each image token, 2 at each video token, 0 elsewhere
+    (the multimodal rotary positions of Qwen-VL, GLM-4V, MiniCPM-V)."""
+    import torch
+
+    return (ids == token_id).to(torch.int32) * (2 if kind == "video" else 1)
+
+
+def decoder_ids(ids: torch.Tensor, config: Any) -> tuple[torch.Tensor, int]:
+    """A few decoder tokens after the decoder's start token (the start, then up to 7 of ``ids``),
+    for an encoder-decoder that does not derive them itself; and the start token."""
+    import torch
+
+    start = _decoder_start(config)
+    return torch.cat([torch.full_like(ids[:, :1], start), ids[:, : max(1, min(7, ids.shape[1] - 1))]], dim=1), start
 
 
 def _decoder_start(config: Any) -> int:

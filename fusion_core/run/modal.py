@@ -26,9 +26,11 @@ from .candidates import candidate_inputs
 from .inputs import (
     DEFAULT_GRID_IMAGE_SIZE,
     ModelInputs,
+    decoder_ids,
     entry_module,
     key_modality,
     patch_conv,
+    token_types,
 )
 from .media import DEFAULT_AUDIO_SECONDS, DEFAULT_FRAMES, Media
 from .part_inputs import flat_grid_pixels
@@ -211,9 +213,7 @@ def _processed(
     kept = {k: kept[k] for k in order}  # media first, as the inputs made from the config
     token_id = _token_id(proc, media.kind) if "mm_token_type_ids" in params and "input_ids" in kept else None
     if token_id is not None and "mm_token_type_ids" not in kept:  # the multimodal rotary positions (MiniCPM-V 4.7)
-        kept["mm_token_type_ids"] = (kept["input_ids"] == token_id).to(torch.int32) * (
-            2 if media.kind == "video" else 1
-        )
+        kept["mm_token_type_ids"] = token_types(kept["input_ids"], token_id, media.kind)
     missing = [k for k in out if key_modality(k) == media.kind and k not in kept]
     if not any(key_modality(k) == media.kind for k in kept):
         raise CheckError(f"the processor made no {media.kind} inputs this model takes ({', '.join(missing) or 'none'})")
@@ -585,7 +585,7 @@ def _counted(
     if "attention_mask" in params:
         kept["attention_mask"] = torch.ones_like(kept["input_ids"])
     if "mm_token_type_ids" in params:  # the multimodal rotary positions (Qwen-VL, GLM-4V): 1 marks an image token
-        kept["mm_token_type_ids"] = (kept["input_ids"] == image_id).to(torch.int32)
+        kept["mm_token_type_ids"] = token_types(kept["input_ids"], image_id, "image")
     if "use_cache" in params:
         kept["use_cache"] = False
     if "return_dict" in params:
@@ -735,7 +735,7 @@ def _counted_clip(
     kept: dict[str, Any] = dict(made)
     ids = _with_tokens(kept, params, config, workload, token_id, count, n)
     if "mm_token_type_ids" in params:
-        kept["mm_token_type_ids"] = (kept["input_ids"] == token_id).to(torch.int32) * (1 if kind == "image" else 2)
+        kept["mm_token_type_ids"] = token_types(kept["input_ids"], token_id, kind)
     fed = [
         FedInput(label, kind, n, size, "synthetic"),
         FedInput(label, "text", n, f"{len(ids)} tokens", "synthetic"),
@@ -750,12 +750,7 @@ def _with_decoder(made: ModelInputs, config: Any, params: dict) -> list[ModelInp
     ids = made.kwargs.get("input_ids")
     if "decoder_input_ids" not in params or "decoder_input_ids" in made.kwargs or ids is None:
         return []
-    import torch
-
-    from .inputs import _decoder_start
-
-    start = _decoder_start(config)
-    decoder = torch.cat([torch.full_like(ids[:, :1], start), ids[:, : max(1, min(7, ids.shape[1] - 1))]], dim=1)
+    decoder, start = decoder_ids(ids, config)
     note = f"{decoder.shape[1]} decoder tokens from token {start}"
     return [
         ModelInputs(
