@@ -234,9 +234,11 @@ class PatchCall:
     Calling it cuts the Conv-shaped input into rows of flattened patches, calls the module
     currently in ``host._modules[name]`` (the :class:`PatchLinear`, or a wrapper that
     replaced it, such as PEFT's LoRA ``Linear``: it receives 2-D patches, as a Linear
-    expects) and lays the result out as the Conv's output. Attributes (``.weight``,
-    ``.kernel_size``, ``.in_channels``) are that module's, else those of the
-    :class:`PatchLinear` it wraps. Made on each access: it holds no state of its own.
+    expects) and lays the result out as the Conv's output. ``.weight`` of an unwrapped
+    :class:`PatchLinear` is the Conv's: the Linear's weight viewed in the Conv's shape. Other
+    attributes (``.kernel_size``, ``.in_channels``), and a wrapper's weight, are that module's,
+    else those of the :class:`PatchLinear` it wraps. Made on each access: it holds no state of
+    its own.
     """
 
     __slots__ = ("_host", "_name")

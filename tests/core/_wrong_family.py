@@ -72,7 +72,7 @@ def flat_weight_2d() -> Iterator[str]:
 
         def __getattr__(self, name: str):
             if name == "weight":
-                return self._call._host._modules[self._call._name].weight
+                return self._call._patch_linear().weight
             return getattr(self._call, name)
 
     class Flat(PatchEmbeddings2dFusion):

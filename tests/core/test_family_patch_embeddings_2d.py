@@ -46,6 +46,7 @@ def test_plan_and_in_place_load(arch, root):
     # under its old name, the weight is the Conv's shape over the same storage (ViLT reads its shape)
     seen = getattr(module, conv).weight
     assert seen.shape == (32, 3, 8, 8) and seen.data_ptr() == linear.weight.data_ptr()
+    assert torch.equal(seen.flatten(1), linear.weight)
     assert not any(isinstance(m, nn.Conv2d) for m in module.modules())
     torch.testing.assert_close(output(fused, arch), reference, atol=1e-5, rtol=1e-5)
     assert len(plan.checkpoint_transforms) == n_transforms
