@@ -1,12 +1,14 @@
 """Audio made from the config for a model whose forward takes audio (split from :mod:`.inputs`).
 
-A waveform (``input_values``) or mel features (``input_features``) in the layouts models
-use, with the frame masks an audio encoder takes alone; the caller keeps the first layout
-the original model accepts.
+A waveform (``input_values``), mel features (``input_features``) or a codec's tokens
+(``audio_input_ids``) in the layouts models use, with the frame masks an audio encoder takes
+alone (then, where they are optional, without them) and the clip lengths it takes; the caller
+keeps the first layout the original model accepts.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,15 +27,19 @@ _AUDIO_MASKS = (
     "attention_mask", "feature_attention_mask", "input_features_mask", "audio_attention_mask", "padding_mask",
     "input_features_attention_mask", "audio_feature_mask", *_PADDING_MASKS,
 )  # fmt: skip
+#: the lengths of the clips an audio encoder's forward may take (only fed without text, as the masks)
+_AUDIO_LENGTHS = ("feature_lens", "audio_feature_lengths", "feature_lengths", "waveform_lengths")
 _MEL_KEYS = ("num_mel_bins", "feature_size", "n_mels", "input_feat_size", "num_mel_filters", "mel_bins", "input_dim")
 AUDIO_SAMPLES = 16_000  # a synthetic waveform: one second at 16 kHz
 AUDIO_FRAMES = 200  # synthetic mel frames when the config gives no encoder length: two seconds at a 10 ms hop
+AUDIO_CODE_FRAMES = 25  # synthetic frames of codec tokens: two seconds at 12.5 Hz
 
 
 def audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: Workload) -> Iterator[ModelInputs]:
     """Audio made from the config for an encoder that takes it (``input_features``, ``input_values``...):
     a waveform, or mel features in both layouts models use ((batch, mels, frames) and
-    (batch, frames, mels)); the run that the model accepts is the one kept."""
+    (batch, frames, mels)), or a codec's tokens (an ``..._ids`` audio input: ``num_codebooks`` of
+    ``codebook_size`` per frame); the run that the model accepts is the one kept."""
     import torch
 
     key = next((k for k in params if key_modality(k) == "audio"), None)
@@ -42,7 +48,15 @@ def audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: 
     config = getattr(entry, "config", None)
     n = max(1, workload.batch)
     masks = [] if "input_ids" in params else [k for k in _AUDIO_MASKS if k in params]
-    if "values" in key:
+    lengths = None if "input_ids" in params else next((k for k in _AUDIO_LENGTHS if k in params), None)
+    books = codebooks(config) if key.endswith("_ids") else None
+    if key.endswith("_ids") and books is None:
+        return  # tokens of a codec the config does not size: nothing to make
+    if books is not None:  # a codec's tokens, one per codebook and frame (Higgs Audio's audio_input_ids)
+        frames = AUDIO_CODE_FRAMES
+        shapes = [((n, frames, books[0]), frames), ((n, books[0], frames), frames)]
+        what = f"{frames} frames of {books[0]} codebook tokens (of {books[1]})"
+    elif "values" in key:
         # then 3 s, a length that the hops of codecs' encoders divide (MuseSpark's 1920)
         shapes = [((n, AUDIO_SAMPLES), AUDIO_SAMPLES), ((n, 1, AUDIO_SAMPLES), AUDIO_SAMPLES)]
         shapes.append(((n, 3 * AUDIO_SAMPLES), 3 * AUDIO_SAMPLES))
@@ -59,27 +73,60 @@ def audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: 
         ):  # frames stacked (and delta-expanded) by the feature extractor: the encoder's first layer says how wide
             shapes += [((n, frames, stacked), frames), ((n, stacked, frames), frames)]
         shapes.append(((n, 1, frames, mels), frames))  # one channel of a spectrogram image (CLAP)
+        if lengths is not None:  # the clips packed along time, told apart by their lengths (Qwen3-Omni's encoder)
+            shapes.append(((mels, n * frames), frames))
         what = f"{frames} frames of {mels} mel bins"
     # a speech encoder-decoder that does not start its decoder itself (a transducer's one step, SeamlessM4T)
     start = _decoder_start(config) if "decoder_input_ids" in params else None
-    for shape, length in shapes:
-        x = torch.randn(*shape, generator=gen)
-        kwargs: dict[str, Any] = {key: x.to(dtype) if dtype is not None else x}
-        for mask in masks:
-            padding = mask in _PADDING_MASKS
-            kwargs[mask] = (
-                torch.zeros(n, length, dtype=torch.bool) if padding else torch.ones(n, length, dtype=torch.long)
+    # then, where every mask is optional, the same layouts without them: a mask over the encoder's own
+    # (downsampled) frames is not one over the mel frames or samples (Voxtral Realtime's, PE Audio's)
+    passes = [masks, []] if masks and all(_optional(params, k) for k in masks) else [masks]
+    for fed_masks in passes:
+        for shape, length in shapes:
+            if books is not None:
+                x = torch.randint(0, books[1], shape, generator=gen)
+            else:
+                x = torch.randn(*shape, generator=gen)
+                x = x.to(dtype) if dtype is not None else x
+            kwargs: dict[str, Any] = {key: x}
+            for mask in fed_masks:
+                padding = mask in _PADDING_MASKS
+                kwargs[mask] = (
+                    torch.zeros(n, length, dtype=torch.bool) if padding else torch.ones(n, length, dtype=torch.long)
+                )
+            if lengths is not None:
+                kwargs[lengths] = torch.full((n,), length, dtype=torch.long)
+            note = (
+                f"audio made from the config: {length} {what}"
+                if "values" in key
+                else f"audio made from the config: {what}"
             )
-        note = (
-            f"audio made from the config: {length} {what}" if "values" in key else f"audio made from the config: {what}"
-        )
-        note += f", {key} {tuple(shape)}"
-        yield ModelInputs("", kwargs, "audio", [note])
-        if start is not None:
-            decoder = torch.full((n, 1), start, dtype=torch.long)
-            yield ModelInputs(
-                "", {**kwargs, "decoder_input_ids": decoder}, "audio", [f"{note}, decoder from token {start}"]
-            )
+            note += f", {key} {tuple(shape)}"
+            if lengths is not None:
+                note += f", {lengths} {length} per clip"
+            if masks and not fed_masks:
+                note += f", without {' / '.join(masks)}"
+            yield ModelInputs("", kwargs, "audio", [note])
+            if start is not None:
+                decoder = torch.full((n, 1), start, dtype=torch.long)
+                yield ModelInputs(
+                    "", {**kwargs, "decoder_input_ids": decoder}, "audio", [f"{note}, decoder from token {start}"]
+                )
+
+
+def codebooks(config: Any) -> tuple[int, int] | None:
+    """(codebooks, tokens per codebook) of the audio codec whose tokens a model takes in place of
+    audio (``num_codebooks``, ``codebook_size`` of its config), else None."""
+    books, size = config_value(config, "num_codebooks"), config_value(config, "codebook_size")
+    if all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 16 for v in (books, size)):
+        return int(books), int(size)
+    return None
+
+
+def _optional(params: Any, name: str) -> bool:
+    """Whether the forward's parameter ``name`` has a default (a mask the model goes without)."""
+    param = params.get(name) if isinstance(params, dict) else None
+    return isinstance(param, inspect.Parameter) and param.default is not inspect.Parameter.empty
 
 
 def _stacked_width(entry: nn.Module, mels: int) -> int | None:

@@ -604,34 +604,101 @@ def _counted_audio(
     model makes, for a processor that makes no audio inputs here (Voxtral's takes audio only in
     its chat template). The features are the shapes :func:`~fusion_core.run.audio_inputs.audio_inputs`
     makes (mel bins, stacked frames, both layouts), the first the model's ``get_audio_features``
-    takes, with the masks it takes."""
+    takes, with the masks it takes.
+
+    A ``get_audio_features`` that reads the text's audio tokens (MusicFlamingo's time embedding
+    reads their spans) is given as many as its audio tower makes frames; a model whose config
+    names no audio token adds its audio features to the text position by position (Voxtral
+    Realtime): a text of as many tokens as audio features, no placeholders."""
+    import torch
 
     from ..families._sample_inputs import config_value
-    from .audio_inputs import audio_inputs
-    from .inputs import _generator
+    from .audio_inputs import AUDIO_CODE_FRAMES, audio_inputs, codebooks
+    from .inputs import _generator, _text_ids
 
     audio_id = config_value(config, "audio_token_id", "audio_token_index")
     if not isinstance(audio_id, int) or isinstance(audio_id, bool):
-        raise CheckError("the config names no audio token")
+        audio_id = None
     n = max(1, workload.batch)
     entry_path, entry = _entry(model, paths)
-    features_of = _features(entry, "audio")
-    taken = dict(inspect.signature(features_of).parameters)
-    if not any(key_modality(k) == "audio" for k in taken):  # a wrapper's (*args, **kwargs): the forward's names
-        taken = params
-    made_all = audio_inputs(entry, taken, _generator(workload.seed), dtype, workload)
-    tries = (  # (not those the forward names otherwise)
-        (m, kept) for m in made_all if len(kept := {k: v for k, v in m.kwargs.items() if k in params}) == len(m.kwargs)
-    )
-    made, kept, count = _first_counted(features_of, tries, "audio")
-    ids = _with_tokens(kept, params, config, workload, audio_id, count, n)
+    try:
+        features_of = _features(entry, "audio")
+    except CheckError:
+        if audio_id is None or codebooks(config) is None:
+            raise
+        features_of = None  # a codec's tokens in place of audio: one audio token per frame (Higgs Audio)
+    if features_of is None:
+        made_all = audio_inputs(entry, params, _generator(workload.seed), dtype, workload)
+        made = next((m for m in made_all if next(iter(m.kwargs)).endswith("_ids")), None)
+        if made is None:
+            raise CheckError(f"{type(entry).__name__} has no get_audio_features to count audio tokens by")
+        kept, count, how = dict(made.kwargs), AUDIO_CODE_FRAMES * n, "one audio token per frame"
+    else:
+        taken = dict(inspect.signature(features_of).parameters)
+        if not any(key_modality(k) == "audio" for k in taken):  # a wrapper's (*args, **kwargs): the forward's names
+            taken = params
+        elif "input_ids" in taken:  # the text's audio tokens, given below: the audio's own masks are made
+            if audio_id is None:
+                raise CheckError("the config names no audio token, and get_audio_features reads them")
+            taken = {k: v for k, v in taken.items() if k != "input_ids"}
+            features_of = _with_audio_tokens(features_of, entry, config, workload, audio_id, n)
+        made_all = audio_inputs(entry, taken, _generator(workload.seed), dtype, workload)
+        tries = (  # (not those the forward names otherwise)
+            (m, kept)
+            for m in made_all
+            if len(kept := {k: v for k, v in m.kwargs.items() if k in params}) == len(m.kwargs)
+        )
+        made, kept, count = _first_counted(features_of, tries, "audio")
+        how = "as many audio tokens as its audio features"
+    if audio_id is not None:
+        ids = _with_tokens(kept, params, config, workload, audio_id, count, n)
+    else:  # a text as long as the audio, no placeholders
+        ids = _text_ids(config, max(1, count // n), _generator(workload.seed))
+        kept["input_ids"] = torch.tensor([ids] * n)
+        switches = {"attention_mask": torch.ones_like(kept["input_ids"]), "use_cache": False, "return_dict": True}
+        kept.update({k: v for k, v in switches.items() if k in params})
+        how = "the config names no audio token: a text of as many tokens as its audio features"
     key, value = next(iter(kept.items()))
     fed = [
         FedInput(label, "audio", n, f"{key} {'x'.join(str(int(d)) for d in value.shape[1:])}", "synthetic"),
         FedInput(label, "text", n, f"{len(ids)} tokens", "synthetic"),
     ]
-    note = f"{label}: {made.notes[0]}; as many audio tokens as its audio features"
+    note = f"{label}: {made.notes[0]}; {how}"
     return ModelInputs(entry_path, kept, label, [note], fed=fed)
+
+
+def _with_audio_tokens(
+    features_of: Any, entry: nn.Module, config: Any, workload: Workload, audio_id: int, n: int
+) -> Any:
+    """``features_of`` for a ``get_audio_features`` that also reads the text's audio tokens
+    (``input_ids``): given as many audio tokens as the model's audio tower makes frames of the
+    audio (its ``last_hidden_state``: one token per frame the projector keeps)."""
+    import torch
+
+    from .inputs import _generator, _text_ids
+
+    tower = next(
+        (m for owner in (entry, getattr(entry, "base_model", None)) for name in _AUDIO_TOWERS
+         if isinstance(m := getattr(owner, name, None), torch.nn.Module)),
+        None,
+    )  # fmt: skip
+    if tower is None:
+        raise CheckError(f"get_audio_features reads audio tokens, and {type(entry).__name__} has no audio tower")
+    own = set(inspect.signature(tower.forward).parameters)
+
+    def counted(**kwargs: Any) -> Any:
+        out = tower(**{k: v for k, v in kwargs.items() if k in own})
+        frames = getattr(out, "last_hidden_state", None)
+        frames = frames if frames is not None else (out[0] if isinstance(out, (tuple, list)) else out)
+        per_row = int(frames.shape[:-1].numel()) // n
+        text = _text_ids(config, max(4, workload.seq_len or 8), _generator(workload.seed))
+        return features_of(**kwargs, input_ids=torch.tensor([[audio_id] * per_row + text] * n))
+
+    counted.__name__ = getattr(features_of, "__name__", "get_audio_features")
+    return counted
+
+
+_AUDIO_TOWERS = ("audio_tower", "audio_encoder", "audio_model", "speech_encoder", "encoder")
 
 
 def _first_counted(features_of: Any, tries: Iterable[tuple[Any, dict[str, Any]]], what: str) -> tuple[Any, dict, int]:
