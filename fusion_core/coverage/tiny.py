@@ -7,16 +7,28 @@ package; so the default config is shrunk here, by rules on its field names, in i
 (dict) form, and built back through the config class, whose own validation then runs:
 
 - **depth**: layer counts to at most 2 (per-layer lists cut to match, keeping every kind
-  of layer; layer indices clamped into range), stage depths to 1;
+  of layer; layer indices clamped into range; the indices of one kind's layers listed
+  anew from the cut list), stage depths to 1; Zamba's hybrid layers, which share one
+  block, twice;
 - **width**: 4 attention heads (key/value heads 1 or 2, so grouping still divides), head
   size 16 (rotary sections scaled with it), hidden size heads x head size, feed-forward
   and every other width scaled by the same factor (a width another config quotes, a
-  projector's output for instance, follows the config it quotes);
+  projector's output for instance, follows the config it quotes; a projector's
+  ``encoder_hidden_size`` that quotes none follows its sibling encoder), multipliers
+  (``feedforward_mult``) kept, one layer's overrides (``per_layer_config``) shrunk as
+  their fields are; relations the architecture needs kept: equal shares of the width
+  (LayoutLM's ``coordinate_size``) still make it up, a pixel-shuffled MLP takes width /
+  ratio ** 2, a VQ-GAN's attention width stays its deepest stage, a convolution's output
+  size over channels no rule shrank stays, and a codec's stack that doubles
+  ``num_filters`` per stride is at most :data:`MAX_STACK` channels wide;
 - **experts**: at most 4, 2 per token, one group;
-- **vocabulary**: 1024 tokens; special token ids beyond it move to its top.
+- **vocabulary**: 1024 tokens; special token ids beyond it move to its top (not a
+  vocabulary that holds codebooks at stated token offsets: kept whole).
 
 Image sizes and patch sizes are kept: the image-token counts a config states (576 for a
-336 px CLIP tower) stay right, and with a width of 64 the compute is small anyway.
+336 px CLIP tower) stay right, and with a width of 64 the compute is small anyway; an
+image size whose patch grid a pixel shuffle or a backbone's windows do not divide is
+raised to the next grid they do.
 
 :func:`tiny_configs` yields the shrunk config and then fallbacks that shrink less (depth
 and experts only), for a caller that finds the first one cannot be built or run.
@@ -55,6 +67,8 @@ _INDEX_RE = re.compile(
 )  # layer indices (not feature levels: RT-DETR's encode_proj_layers)
 _HEAD_DIM_RE = re.compile(r"(^|_)(head_dim|dim_head|rope_head_dim|nope_head_dim|rotary_dim)$")
 _FFN_RE = re.compile(r"intermediate|ffn|(^|_)d_ff$|^n_inner$|feedforward|mlp_dim|lora_rank")
+#: a feed-forward multiplier, not a width (Granite Speech's feedforward_mult, VibeVoice's ffn_expansion)
+_MULTIPLIER_RE = re.compile(r"(_|^)(mult|multiplier|expansion|ratio|factor)$")
 #: one layer's index (SegGPT's merge_index, MiniCPM-V's insert_layer_id: where its merger runs)
 _LAYER_POINT_RE = re.compile(r"^(merge|layer|block|insert_layer)_(index|idx|id)$")
 _WIDTHISH_RE = re.compile(r"(hidden|dim|size|channels)")
@@ -64,6 +78,9 @@ _NOT_WIDTH_RE = re.compile(
 )  # fmt: skip
 _SSM_RE = re.compile(r"(mamba|ssm|linear)_?(d_ssm|n_heads|num_heads|expand_dim|headdim)$|^mamba_d_ssm$")
 _SSM_HEADS_RE = re.compile(r"heads$")
+_STAGE_WIDTHS_RE = re.compile(r"(dim|width|hidden_size)s?_per_stage$")
+#: equal shares of the width, concatenated into it (LayoutLM's 2-D position embeddings: 4 x 128 + 2 x 128 = 768)
+_SHARE_KEYS = ("coordinate_size", "shape_size")
 _CHANNELS_RE = re.compile(r"(^|_)(channels?|filters|channel_list|dims?)$|channels$")
 
 
@@ -119,7 +136,19 @@ def _plan_width(d: dict[str, Any], widths: dict[int, int], head_size: int) -> di
     else:
         new_width = min(width, HEADS * head_size)
     new_width = min(new_width, width)
+    parts = [width // d[k] for k in _SHARE_KEYS if _int(d.get(k)) and 0 < d[k] < width and width % d[k] == 0]
+    if parts and width not in widths and new_heads and new_head_dim and heads * head_dim == width:
+        # shares of the width (LayoutLM's 4 x coordinate_size + 2 x shape_size): a width they still divide
+        whole = math.lcm(*parts)
+        sizes = [h for h in range(new_head_dim, 1, -1) if h % 2 == 0 and new_heads * h % whole == 0]
+        if sizes:
+            new_head_dim, new_width = sizes[0], new_heads * sizes[0]
     widths.setdefault(width, new_width)
+    for key, value in d.items():  # stage widths from this width up (SAM 2's Hiera: 96, 192, 384, 768), scaled alike
+        if _STAGE_WIDTHS_RE.search(key) and isinstance(value, (list, tuple)) and value and value[0] == width:
+            for v in value:
+                if _int(v) and v > 0:
+                    widths.setdefault(v, max(1, round(v * new_width / width)))
     return {
         "width_key": wkey,
         "width": width,
@@ -153,6 +182,17 @@ def _shrink_depth(d: dict[str, Any]) -> dict[str, int]:
         k for k, v in d.items() if isinstance(v, (list, tuple)) and v and len(v) in counts and not _is_indices(v)
     ]
     kinds = max((len({repr(x) for x in d[k]}) for k in per_layer), default=1)
+    # the layers of one kind, listed (Zamba 2's hybrid_layer_ids: where layers_block_type is "hybrid"): listed anew
+    where = {
+        key: (k, kind)
+        for key, v in d.items()
+        if key not in per_layer and isinstance(v, (list, tuple)) and v and _is_indices(v)
+        for k in per_layer
+        for kind in {repr(x) for x in d[k]}
+        if list(v) == [i for i, x in enumerate(d[k]) if repr(x) == kind]
+    }
+    # Zamba's hybrid layers share one transformer block, tied by name from the first to the others: two of them
+    twice = [k for k in per_layer if k == "layers_block_type" and d[k].count("hybrid") > 1]
     outputs = [d[k] for k in ("out_indices", "_out_indices") if isinstance(d.get(k), (list, tuple))]
     n = max(MAX_LAYERS, min(kinds, 4), *(min(len(o), 4) for o in outputs))  # backbone outputs stay distinct
     points = [k for k, v in d.items() if _int(v) and _LAYER_POINT_RE.search(k) and counts and v < max(counts)]
@@ -164,6 +204,8 @@ def _shrink_depth(d: dict[str, Any]) -> dict[str, int]:
     sharing = _int(shared) and counts and 0 < shared < max(counts)
     if sharing:
         n = max(n, 2 * kinds)
+    if twice:
+        n = max(n, kinds + 1)
     for key in old_layers:
         d[key] = min(n, old_layers[key])
     for key in per_layer:  # one entry per layer: one of each kind first, in their order
@@ -172,14 +214,17 @@ def _shrink_depth(d: dict[str, Any]) -> dict[str, int]:
         if sharing and len(firsts) * 2 <= n:  # each kind once as producer, then once as consumer
             d[key] = type(value)([value[i] for i in firsts] * (n // len(firsts)))
             continue
-        picked = sorted((firsts + [i for i in range(len(value)) if i not in firsts])[:n])
+        seconds = [i for i, x in enumerate(value) if x == "hybrid" and i not in firsts][:1] if key in twice else []
+        picked = sorted((firsts + seconds + [i for i in range(len(value)) if i not in firsts + seconds])[:n])
         d[key] = type(value)(value[i] for i in picked)
+    for key, (k, kind) in where.items():
+        d[key] = type(d[key])(i for i, x in enumerate(d[k]) if repr(x) == kind)
     if _int(shared) and counts and shared > 0:
         d["num_kv_shared_layers"] = min(n, kinds) if sharing else n  # all shared stays all shared
     if counts:
         old = max(counts)
         for key, value in list(d.items()):
-            if key in old_layers or key in per_layer:
+            if key in old_layers or key in per_layer or key in where:
                 continue
             if isinstance(value, (list, tuple)) and value and all(_int(v) for v in value) and _INDEX_RE.search(key):
                 # every layer listed (Mistral Large 4's kv_source_layers: each layer its own) stays every layer
@@ -220,7 +265,9 @@ def _moved_list(values: Any, old: int, new: int) -> Any:
 def _feature_layers(d: dict[str, Any], n: int, old: int, moved: bool) -> None:
     """Indices into another config's layers (``vision_feature_layer``) follow its new depth."""
     for key, value in list(d.items()):
-        if not re.search(r"feature_layer|hidden_state_indices|layer_ind", key) or (moved and _INDEX_RE.search(key)):
+        if not re.search(r"feature_layer|hidden_state_indices|layer_ind|hook_ids", key) or (
+            moved and _INDEX_RE.search(key)
+        ):
             continue
         if _int(value):
             d[key] = _moved(value, old, n)
@@ -296,19 +343,47 @@ def _shrink_width(d: dict[str, Any], plan: dict[str, Any]) -> None:
             continue
         if _HEAD_DIM_RE.search(key) and _int(value) and value > 0:
             d[key] = max(2, round(value * dim_factor / 2) * 2)
+        elif _MULTIPLIER_RE.search(key):
+            continue
         elif (_FFN_RE.search(key) or _SSM_RE.search(key)) and _int(value) and value > 0:
             d[key] = _round_up(value * factor, 8) if not _SSM_HEADS_RE.search(key) else max(1, round(value * factor))
         elif _FFN_RE.search(key) and isinstance(value, (list, tuple)) and value and all(_int(v) for v in value):
             d[key] = type(value)(_round_up(v * factor, 8) for v in value)
+    overrides = d.get("per_layer_config")
+    for layer in overrides.values() if isinstance(overrides, dict) else ():
+        if isinstance(layer, dict):  # one layer's own values of these fields (Dots 3's sliding layers): alike
+            _shrink_override(layer, plan, factor, dim_factor)
+    for key in _SHARE_KEYS:
+        value = d.get(key)
+        if _int(value) and 0 < value < plan["width"] and plan["width"] % value == 0:
+            d[key] = max(1, plan["new_width"] // (plan["width"] // value))
     _scale_sections(d, dim_factor)
 
 
-def _channels(d: dict[str, Any]) -> None:
-    """Convolution stacks (audio codecs, VQ-GANs): channel counts over 64 divided by 8."""
-    for key, value in list(d.items()):
-        if not _CHANNELS_RE.search(key):
+def _shrink_override(layer: dict[str, Any], plan: dict[str, Any], factor: float, dim_factor: float) -> None:
+    """One layer's overrides of its config's fields, shrunk as those fields are: heads to the new
+    count (key/value heads as in :func:`_shrink_width`), head sizes by the head factor, widths and ranks by the width factor."""
+    heads = layer.get(plan["heads_key"]) if plan["heads_key"] else None
+    for key, value in list(layer.items()):
+        if not _int(value) or value <= 0:
             continue
-        if _int(value) and value > 64:
+        if key in _HEAD_KEYS:
+            layer[key] = min(value, plan["new_heads"] or HEADS)
+        elif key in _KV_KEYS:
+            layer[key] = min(value, plan["new_heads"] or HEADS) if _int(heads) and value >= heads else min(value, 2)
+        elif _HEAD_DIM_RE.search(key):
+            layer[key] = max(2, round(value * dim_factor / 2) * 2)
+        elif key in _WIDTH_KEYS or ((_FFN_RE.search(key) or _SSM_RE.search(key)) and not _MULTIPLIER_RE.search(key)):
+            layer[key] = _round_up(value * factor, 8)
+
+
+def _channels(d: dict[str, Any], skip: set[str]) -> None:
+    """Convolution stacks (audio codecs, VQ-GANs): channel counts over 64 divided by 8 (not a
+    count no 8 divides: SuperPoint's keypoint_decoder_dim, 8 x 8 cells and a dustbin)."""
+    for key, value in list(d.items()):
+        if not _CHANNELS_RE.search(key) or key in skip:
+            continue
+        if _int(value) and value > 64 and value % 8 == 0:
             d[key] = _round_up(value / 8, 8)
         elif isinstance(value, (list, tuple)) and value and all(_int(v) for v in value) and max(value) > 64:
             d[key] = type(value)(_round_up(v / 8, 8) if v > 64 else v for v in value)
@@ -360,8 +435,12 @@ def _vocab(d: dict[str, Any]) -> None:
     """Every vocabulary to :data:`VOCAB` tokens; special token ids beyond it move to its top.
 
     The same id moves to the same place in every config (an image token the language model
-    and the processor both name); the ids below :data:`VOCAB` stay where they are.
+    and the processor both name); the ids below :data:`VOCAB` stay where they are. A vocabulary
+    that holds codebooks at stated offsets (Apertus 1.5: image codes from ``image_token_offset``,
+    audio codes from ``audio_token_offset``, up to its end) is kept whole, ids and all.
     """
+    if any(_int(v) and k.endswith("_token_offset") for sub in _all_dicts(d) for k, v in sub.items()):
+        return
     ids = sorted({i for i in _special_ids(d) if i >= 0})
     low = {i for i in ids if i < VOCAB}
     free = (i for i in range(VOCAB - 1, -1, -1) if i not in low)
@@ -411,6 +490,7 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
         if _int(value) and _LAYER_POINT_RE.search(key) and moved:
             d[key] = moved[0]
     _pixel_shuffle_grid(dicts)
+    _window_grid(dicts)
     for sub in dicts:
         if "sliding_window" in sub and sub["sliding_window"] is None and "layer_types" in sub:
             # a window the code reads whatever the layer types (Step3.7 builds a sliding mask for
@@ -438,12 +518,86 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
                     continue
                 sub[key] = text_plan["new_width"]
                 own.add(key)
-        _quoted_widths(sub, widths, own)
-        if not plan:
-            _channels(sub)
+        quoted = _quoted_widths(sub, widths, own)
+        if not plan:  # (not a width it quotes: an FPN's channels are its backbone's stage widths)
+            _channels(sub, skip=quoted)
+    _encoder_widths(dicts, plans, widths)
+    for sub, plan in zip(dicts, plans, strict=True):
+        _shuffled_mlp(sub, plan)
+    for sub, original in zip(dicts, _all_dicts(data), strict=True):
+        _filter_stack(sub)
+        _vq_stack(sub, original)
     _vocab(d)
     _media_tokens(d)
     return d
+
+
+def _vq_stack(d: dict[str, Any], original: dict[str, Any]) -> None:
+    """A VQ-GAN whose attention runs at its deepest stage (Emu3's: ``hidden_size`` 1024 =
+    ``base_channels`` 256 x ``channel_multiplier[-1]`` 4): ``base_channels`` divided by 8 (a
+    multiple of 32, its group norms' groups) and that width following it (so: 32 x 4 = 128)."""
+    base, mult = original.get("base_channels"), original.get("channel_multiplier")
+    if not _int(base) or base <= 32 or not isinstance(mult, (list, tuple)) or not mult or not _int(mult[-1]):
+        return
+    keys = [k for k in _WIDTH_KEYS if _int(original.get(k)) and original[k] == base * mult[-1]]
+    if keys:
+        d["base_channels"] = _round_up(base / 8, 32)
+        for key in keys:
+            d[key] = d["base_channels"] * mult[-1]
+
+
+MAX_STACK = 1024  # the widest stage of a convolution stack that doubles its channels per stride
+
+
+def _filter_stack(d: dict[str, Any]) -> None:
+    """A codec's convolution stack doubles ``num_filters`` at each stride: its widest stage has
+    ``num_filters x 2 ** len(downsampling_ratios)`` channels (VibeVoice's tokenizers: 32 x 2 ** 6 =
+    2048, hundreds of millions of weights); ``num_filters`` halves until that is at most :data:`MAX_STACK`."""
+    ratios = d.get("downsampling_ratios", d.get("upsampling_ratios"))
+    filters = d.get("num_filters")
+    if not _int(filters) or not isinstance(ratios, (list, tuple)):
+        return
+    while filters % 2 == 0 and filters * 2 ** len(ratios) > MAX_STACK:
+        filters //= 2
+    d["num_filters"] = filters
+
+
+def _shuffled_mlp(d: dict[str, Any], plan: dict[str, Any]) -> None:
+    """A tower that pixel-shuffles its patches (``pixel_shuffle_ratio`` r: 1 / r ** 2 patches'
+    features into one) feeds an MLP of width / r ** 2 inputs: Llama 4's ``intermediate_size``
+    (5632 = 1408 x 4 in its checkpoints; its default config's 768 wide tower breaks that already),
+    whose projector widths (``projector_input_dim``, ``projector_output_dim``, ``vision_output_dim``:
+    7680 against 4096 in the default) are then one width, the tower's."""
+    ratio = d.get("pixel_shuffle_ratio")
+    if not plan or not isinstance(ratio, float) or not 0 < ratio < 1 or not _int(d.get("intermediate_size")):
+        return
+    packed = plan["new_width"] / ratio**2
+    if packed != int(packed):
+        return
+    d["intermediate_size"] = int(packed)
+    for key in ("projector_input_dim", "projector_output_dim", "vision_output_dim"):
+        if _int(d.get(key)):
+            d[key] = plan["new_width"]
+
+
+#: the sub-configs a sibling's ``encoder_hidden_size`` can name: the encoder it cross-attends
+_ENCODER_TOWERS = ("encoder_config", "audio_config", "speech_config", "vision_config")
+
+
+def _encoder_widths(dicts: list[dict[str, Any]], plans: list[dict[str, Any]], widths: dict[int, int]) -> None:
+    """A sub-config's ``encoder_hidden_size`` that quotes no width (Granite Speech's Q-Former
+    projector: 1408, a BLIP-2 default, beside an encoder of 1024) follows its one sibling
+    encoder tower's new width: the projector cross-attends that encoder's output."""
+    for d in dicts:
+        towers = [d[k] for k in _ENCODER_TOWERS if isinstance(d.get(k), dict)]
+        planned = [plans[i] for i, s in enumerate(dicts) if any(s is t for t in towers) and plans[i]]
+        if len(planned) != 1:
+            continue
+        for sub in _sub_dicts(d):
+            value = sub.get("encoder_hidden_size")
+            if any(sub is t for t in towers) or not _int(value) or value in widths.values():
+                continue
+            sub["encoder_hidden_size"] = planned[0]["new_width"]
 
 
 _MEDIA_TOKENS = {
@@ -495,12 +649,23 @@ def _pooled_grid(dicts: list[dict[str, Any]]) -> None:
             break
 
 
+def _window_grid(dicts: list[dict[str, Any]]) -> None:
+    """A backbone that splits its patch grid into windows (``num_windows_side`` a side, else
+    ``num_windows`` a side: RF-DETR's default config has 518 / 14 = 37 patches a side and 4
+    windows, so no image runs) needs a grid they divide: the image size is raised to the next one."""
+    for sub in dicts:
+        side = sub.get("num_windows_side", sub.get("num_windows"))
+        size, patch = sub.get("image_size"), sub.get("patch_size")
+        if _int(side) and side > 1 and _int(size) and _int(patch) and patch > 0 and (size // patch) % side:
+            sub["image_size"] = -(-(size // patch) // side) * side * patch
+
+
 def _pixel_shuffle_grid(dicts: list[dict[str, Any]]) -> None:
     """A connector that shuffles ``scale_factor`` x ``scale_factor`` patches into one needs a patch
     grid it divides (Idefics3's default config has 224 / 32 = 7 patches a side and factor 2, so
     no image runs): the image size is raised to the next grid that divides."""
     for sub in dicts:
-        factor = sub.get("scale_factor")
+        factor = sub.get("scale_factor", sub.get("pixel_shuffle_factor"))  # (ModernVBERT's: 14 patches, factor 4)
         if not _int(factor) or factor < 2:
             continue
         for target in (sub, *(v for v in sub.values() if isinstance(v, dict))):
@@ -509,10 +674,22 @@ def _pixel_shuffle_grid(dicts: list[dict[str, Any]]) -> None:
                 target["image_size"] = -(-(size // patch) // factor) * factor * patch
 
 
-def _quoted_widths(d: dict[str, Any], widths: dict[int, int], own: set[str]) -> None:
-    """A width this config quotes from another (a projector's output size) follows that config."""
+def _quoted_widths(d: dict[str, Any], widths: dict[int, int], own: set[str]) -> set[str]:
+    """A width this config quotes from another (a projector's output size) follows that config;
+    returns the keys changed."""
+    before = dict(d)
+    # channels no rule shrank (Dots 3's audio stem: downsample_hidden_size 480): a convolution's output
+    # size that is a multiple of one is their product (conv_output_size: 480 channels x 16 bins), kept
+    kept = [
+        v for k, v in d.items()
+        if _int(v) and v > 64 and k.endswith(("hidden_size", "channels")) and v not in widths and v not in widths.values()
+    ]  # fmt: skip
     for key, value in list(d.items()):
-        if key in own or not (_WIDTHISH_RE.search(key) or key.endswith(("groups", "features", "pos_feats"))):
+        if key in own or not (
+            _WIDTHISH_RE.search(key) or key.endswith(("groups", "features", "pos_feats", "channel_list"))
+        ):
+            continue
+        if key.startswith("conv") and _int(value) and any(value % v == 0 and value > v for v in kept):
             continue
         if key.endswith("pos_feats") and _int(value) and 2 * value in widths:
             d[key] = widths[2 * value] // 2  # sine positions: half the width per axis (SAM's num_pos_feats)
@@ -526,6 +703,7 @@ def _quoted_widths(d: dict[str, Any], widths: dict[int, int], own: set[str]) -> 
             d[key] = k * widths[value // k]
         elif isinstance(value, (list, tuple)) and value and all(_int(v) for v in value) and not key.endswith("sizes"):
             d[key] = type(value)(widths.get(v, v) for v in value)  # not stage widths (a backbone's hidden_sizes)
+    return {k for k, v in d.items() if v != before.get(k)}
 
 
 def _multiple(value: int, widths: dict[int, int]) -> int:
