@@ -23,6 +23,7 @@ from .inputs import (
     _text_ids,
     decoder_ids,
     entry_module,
+    key_modality,
     pixel_conv,
     video_grid_inputs,
 )
@@ -127,6 +128,15 @@ def candidate_inputs(
             if masked is not None:  # a segmenter's mask prompt first: its mask embedding runs too
                 yield masked
             yield inputs
+            if "decoder_input_ids" in params and "input_ids" not in params:  # an image-to-text encoder-decoder
+                import torch
+
+                text = torch.tensor([_text_ids(entry.config, 8, _generator(seed))] * inputs.kwargs[key].shape[0])
+                decoder, start = decoder_ids(text, entry.config)
+                note = f"{decoder.shape[1]} decoder tokens from token {start}"
+                yield ModelInputs(
+                    entry_path, {**inputs.kwargs, "decoder_input_ids": decoder}, inputs.kind, [*inputs.notes, note]
+                )
     for inputs in audio_inputs(entry, params, gen, dtype, workload):
         found = True
         inputs.entry = entry_path
@@ -191,7 +201,10 @@ def candidate_inputs(
         image = torch.randn(n, channels, side, side, generator=_generator(seed)).to(dtype)
         note = f"{n} image(s), {channels} channels, {side}x{side} (the config's size)"
         yield ModelInputs(entry_path, {"pixel_values": image, **common}, "image", [note])
-    if not found:
+    media = conv is not None or any(key_modality(k) in ("image", "video", "audio") for k in params)
+    if not found or ("input_ids" in params and not media):
+        # (last, for a text model: one that takes only embeddings although it names input_ids,
+        # Qwen3-Omni's code predictor)
         for inputs in state_inputs(entry, params, _generator(seed), dtype, workload):
             found = True
             inputs.entry = entry_path

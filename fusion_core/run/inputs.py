@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..families._sample_inputs import config_value, patch_grids
 from ..model.limits import MAX_INPUT_FRAMES, MAX_INPUT_SIDE
+from .results import FedInput
 
 if TYPE_CHECKING:
     import torch
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 _PIXEL_KEYS = ("pixel_values", "pixel_values_videos", "image")  # "image": BridgeTower's vision model
 DEFAULT_SEQ_LEN = 128  # text tokens when neither the workload nor a prompt says
+CLIP_FRAMES = 4  # a synthetic clip's frames when the config names no count (media.DEFAULT_FRAMES for files)
 DEFAULT_GRID_IMAGE_SIZE = 224  # Qwen-VL-like models state no image size; their processors take any
 _SPECIAL_TOKEN_NAMES = ("token_id", "token_index")
 
@@ -106,18 +108,22 @@ def pixel_conv(model: nn.Module, fused_paths: list[str]) -> nn.Module | None:
     """The convolution that takes the model's pixels: a fused patch embedding's, else the
     first image-channel one in the model (a fused mid-network convolution, GLM-4V's
     ``downsample`` or SegFormer's spatial reduction, takes feature maps, not pixels)."""
-    for path in fused_paths:
-        conv = patch_conv(model.get_submodule(path))
-        if conv is not None and int(conv.in_channels) <= _PIXEL_CHANNELS:
-            return conv
+    fused = [c for p in fused_paths if (c := patch_conv(model.get_submodule(p))) is not None]
+    fused = [c for c in fused if int(c.in_channels) <= _PIXEL_CHANNELS]
+    channels = config_value(getattr(model, "config", None), "num_channels")
+    if fused and (not isinstance(channels, int) or any(c.in_channels == channels for c in fused)):
+        return next((c for c in fused if c.in_channels == channels), fused[0])
     if not fused_paths:
         return None
     from torch import nn
 
     for module in model.modules():  # a 2-D or 3-D convolution on few channels (not an audio codec's Conv1d)
         if isinstance(module, (nn.Conv2d, nn.Conv3d)) and module.in_channels <= _PIXEL_CHANNELS:
+            # of the image's channels where the config says (SAM 2 fuses its 1-channel mask prompt's conv only)
+            if fused and module.in_channels != channels:
+                continue
             return module
-    return None
+    return fused[0] if fused else None
 
 
 _PIXEL_CHANNELS = 4  # RGB, RGBA, a depth or mask channel added
@@ -312,6 +318,10 @@ def _pixel_inputs(
         # a convolutional stem (a detector's backbone) halves the image five or six times:
         # a side its strides divide keeps every feature map whole
         height = width = _size(size) or (2 * side if patches else CNN_IMAGE_SIDE)
+    ratios, patch = config_value(config, "scaled_images_ratios"), config_value(config, "patch_size")
+    if not workload.image_size and isinstance(ratios, (list, tuple)) and ratios and isinstance(patch, int):
+        # an image its smallest scale still patches whole (Depth Pro: 384 px patches of a quarter: 1536 px)
+        height = width = max(height, min(math.ceil(patch / min(ratios)), MAX_INPUT_SIDE))
     n = max(1, workload.batch)
     extras: list[dict[str, Any]] = []
     if "input_ids" in params:
@@ -327,22 +337,49 @@ def _pixel_inputs(
     if workload.image_size and "interpolate_pos_encoding" in params:
         extras = [{**e, "interpolate_pos_encoding": True} for e in extras]
     clip_frames = config_value(config, "num_frames")
+    if clip_frames is None and len(kernel) == 2 and "Video" in type(entry).__name__:
+        # a video model whose config names no frame count (InstructBLIP-Video's clips of 4 frames)
+        clip_frames = CLIP_FRAMES
     if len(kernel) == 2 and isinstance(clip_frames, int) and clip_frames >= 1 and not isinstance(clip_frames, bool):
         # a video model patching each frame with a Conv2d (TimeSformer): a clip of its frames first
         frames = int(workload.frames or min(clip_frames, MAX_INPUT_FRAMES))
         clip = torch.randn(n, frames, channels, height, width, generator=gen).to(dtype)
         for extra in extras:
             note = f"{n} clip(s) of {frames} frames, {channels} channels, {height}x{width} (frames first)"
-            yield ModelInputs("", {key: clip, **extra}, "video", [note])
+            for made in (_with_queries(extra, config, params, frames, "video"), extra):
+                if made is not None:
+                    yield ModelInputs("", {key: clip, **made}, "video", [note])
+        for extra in extras:  # then its frames as one batch of images (X-CLIP's vision tower alone)
+            note = f"{n} clip(s) of {frames} frames, {channels} channels, {height}x{width}, the frames as a batch"
+            fed = [FedInput("video", "video", n, f"{frames} frames of {width}x{height} px", "synthetic")]
+            flat = clip.flatten(0, 1)
+            yield ModelInputs("", {key: flat, **extra}, "video", [note], fed=fed if "input_ids" not in extra else [])
     if len(kernel) == 2:
-        image = torch.randn(n, channels, height, width, generator=gen).to(dtype)
-        grids = patch_grids(params, n, height // int(kernel[0]), width // int(kernel[1]))  # MiniCPM-V's towers
-        extras = [{**e, **grids} for e in extras]
+        base = extras
+        # then square images of the shorter side (SegGPT's config states its canvas, 896 x 448: an
+        # image and its prompt stacked)
+        for h, w in dict.fromkeys([(height, width), (min(height, width),) * 2]):
+            image = torch.randn(n, channels, h, w, generator=gen).to(dtype)
+            # other images the forward requires, of the same shape (SegGPT's prompt image and its mask)
+            shaped = [p for p in required if "pixel_values" in p or p.endswith("masks")]
+            prompts = {p: torch.randn(image.shape, generator=gen).to(dtype) for p in shaped}
+            grids = patch_grids(params, n, h // int(kernel[0]), w // int(kernel[1]))  # MiniCPM-V's towers
+            extras = [{**e, **prompts, **grids} for e in base]
+            for extra in extras:
+                for made in (_with_queries(extra, config, params, 1, "image"), extra):
+                    if made is None:
+                        continue
+                    text = f", {made['input_ids'].shape[1]} text tokens" if "input_ids" in made else ""
+                    note = f"{n} image(s), {channels} channels, {h}x{w}{text}"
+                    yield ModelInputs("", {key: image, **made}, "image", [note])
+            if not shaped and h == height and w == width:
+                break  # (only a model that takes several images is tried at the square size)
+        extras = base
+        # last, pairs of images (a keypoint matcher's (batch, 2, C, H, W): LightGlue, EfficientLoFTR)
+        pairs = torch.randn(n, 2, channels, height, width, generator=gen).to(dtype)
         for extra in extras:
-            text = f", {extra['input_ids'].shape[1]} text tokens" if "input_ids" in extra else ""
-            yield ModelInputs(
-                "", {key: image, **extra}, "image", [f"{n} image(s), {channels} channels, {height}x{width}{text}"]
-            )
+            note = f"{n} pair(s) of images, {channels} channels, {height}x{width}"
+            yield ModelInputs("", {key: pairs, **extra}, "image", [note])
         return
     frames = int(
         workload.frames or min(config_value(config, "num_frames", "frames_per_clip") or 2 * kernel[0], MAX_INPUT_FRAMES)
@@ -352,6 +389,34 @@ def _pixel_inputs(
     for extra in extras:
         yield ModelInputs("", {key: clip, **extra}, "video", [note + " (frames first)"])
         yield ModelInputs("", {key: clip.transpose(1, 2).contiguous(), **extra}, "video", [note + " (channels first)"])
+
+
+def _with_queries(extra: dict[str, Any], config: Any, params: Any, items: int, kind: str) -> dict[str, Any] | None:
+    """``extra``'s text with one placeholder per query output the model puts in it (BLIP-2-like
+    Q-Formers' ``num_query_tokens``, Kosmos-2's ``latent_query_num``; per frame of a clip), after
+    its first token; ``None`` where the config names no such count or token. Without them the
+    model's media features reach no output (InstructBLIP-Video scatters them into none)."""
+    import torch
+
+    ids = extra.get("input_ids")
+    queries = config_value(config, "num_query_tokens", "latent_query_num")
+    if ids is None or not isinstance(queries, int) or isinstance(queries, bool) or queries < 1:
+        return None
+    count = queries * items
+    marked = "image_embeds_position_mask" in params  # Kosmos-2: a mask marks the positions, any token
+    token = int(ids[0, -1]) if marked else config_value(config, f"{kind}_token_id", f"{kind}_token_index")
+    if kind == "video" and token is None:
+        token = config_value(config, "image_token_id", "image_token_index")
+    if not isinstance(token, int) or isinstance(token, bool):
+        return None
+    ids = torch.cat([ids[:, :1], ids.new_full((ids.shape[0], count), token), ids[:, 1:]], dim=1)
+    made = {**extra, "input_ids": ids}
+    if "attention_mask" in extra:
+        made["attention_mask"] = torch.ones_like(ids)
+    if marked:
+        made["image_embeds_position_mask"] = torch.zeros_like(ids)
+        made["image_embeds_position_mask"][:, 1 : 1 + count] = 1
+    return made
 
 
 def _frames_as_images(config: Any, video: ModelInputs, spanned: bool = False) -> ModelInputs | None:

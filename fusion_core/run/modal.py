@@ -16,11 +16,13 @@ such modality, a processor that fails, inputs the model refuses) is an error.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckError, one_line
+from ..families._sample_inputs import patch_grids
 from ..text import printable
 from .candidates import candidate_inputs
 from .inputs import (
@@ -30,6 +32,7 @@ from .inputs import (
     entry_module,
     key_modality,
     patch_conv,
+    pixel_conv,
     token_types,
 )
 from .media import DEFAULT_AUDIO_SECONDS, DEFAULT_FRAMES, Media
@@ -302,14 +305,20 @@ def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
         v = kw.get(key)
         grids = ("image_grid_thw", "video_grid_thw", "grid_thw")
         if v is not None and v.dim() >= 4 and not any(g in kw for g in grids):
-            kind = "video" if (key_modality(key) == "video" or v.dim() == 5) else "image"
-            fed.append(FedInput(label, kind, int(v.shape[0]), f"{v.shape[-1]}x{v.shape[-2]} px", "synthetic"))
+            clip = key_modality(key) == "video" or (v.dim() == 5 and inputs.kind == "video")
+            # (five dimensions and no clip: several images per sample, a keypoint matcher's pairs)
+            count = int(v.shape[0]) if clip or v.dim() == 4 else int(v.shape[0] * v.shape[1])
+            fed.append(
+                FedInput(label, "video" if clip else "image", count, f"{v.shape[-1]}x{v.shape[-2]} px", "synthetic")
+            )
     for key in [k for k in kw if key_modality(k) == "audio"][:1]:
         v = kw.get(key)
         if v is not None and hasattr(v, "shape") and v.dim() >= 2:
-            fed.append(
-                FedInput(label, "audio", int(v.shape[0]), f"{key} {'x'.join(map(str, v.shape[1:]))}", "synthetic")
-            )
+            from .audio_inputs import _AUDIO_LENGTHS
+
+            lengths = next((kw[k] for k in _AUDIO_LENGTHS if k in kw and v.dim() == 2), None)
+            count, dims = (len(lengths), v.shape) if lengths is not None else (int(v.shape[0]), v.shape[1:])
+            fed.append(FedInput(label, "audio", count, f"{key} {'x'.join(map(str, dims))}", "synthetic"))
     ids = kw.get("input_ids")
     if ids is not None:
         fed.append(FedInput(label, "text", int(ids.shape[0]), f"{ids.shape[-1]} tokens", "synthetic"))
@@ -319,9 +328,8 @@ def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
 def _label(inputs: ModelInputs) -> str:
     kw = inputs.kwargs
     kinds = []
-    for key in [k for k in kw if key_modality(k) == "image"]:
-        if not (kw[key].dim() == 5 and inputs.kind == "video"):
-            kinds.append("video" if inputs.kind == "video" else "image")
+    if any(key_modality(k) == "image" for k in kw):  # (a clip in pixel_values: VideoMAE's, ViViT's)
+        kinds.append("video" if inputs.kind == "video" else "image")
     if any(key_modality(k) == "video" for k in kw):
         kinds.append("video")
     if any(key_modality(k) == "audio" for k in kw):
@@ -453,8 +461,11 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
             group.candidates += [
                 c for c in fallback if _label(c).split("+")[0] == m.kind or (clips and _label(c).startswith("video"))
             ]
-            if m.kind == "video" and "input_ids" in params and not group.candidates:
-                try:  # a clip of the vision tower's size, as many video tokens as the model makes features
+            if m.kind == "video" and "input_ids" in params:
+                # a clip of the vision tower's size, as many video tokens as the model makes features
+                # (after the config's clips: a clip in ``pixel_values`` with text but no video tokens
+                # runs nowhere in LLaVA-NeXT-Video)
+                try:
                     group.candidates.append(
                         _counted_clip(model, paths, config, params, dtype, workload, label, "video")
                     )
@@ -776,7 +787,8 @@ def _counted_clip(
     frames = workload.frames or (min(int(frames), MAX_INPUT_FRAMES) if _number(frames) else DEFAULT_FRAMES)
     n = max(1, workload.batch)
     if kind == "image":
-        shapes: tuple[tuple[int, ...], ...] = ((n, channels, side, side),)
+        # then one image per sample on an images axis (Idefics3's, ModernVBERT's (batch, images, C, H, W))
+        shapes: tuple[tuple[int, ...], ...] = ((n, channels, side, side), (n, 1, channels, side, side))
         size = f"{side}x{side} px"
     else:
         shapes = ((n, frames, channels, side, side), (n, channels, frames, side, side))
@@ -787,16 +799,38 @@ def _counted_clip(
 
     def tries() -> Iterator[tuple[tuple[dict[str, Any], str], dict[str, Any]]]:
         """((the forward's pixels, their size), get_*_features' arguments), made as they are tried."""
+        patch = config_value(vision, "patch_size")
         for shape in shapes:
             pixels = torch.randn(shape, generator=gen).to(float_dtype)
             yield ({keys[0]: pixels}, size), {arg: pixels}
+            if kind == "image" and _number(patch) and len(shape) == 4:  # with its patch grid (MiniCPM-o's target_sizes)
+                side_patches = side // int(patch)
+                own, forward = (patch_grids(names, n, side_patches, side_patches) for names in (taken, params))
+                if own and forward:
+                    yield ({keys[0]: pixels, **forward}, size), {arg: pixels, **own}
+        grid_keys = [k for k in _VIDEO_PATCH_GRIDS if k in taken and k in params]
+        if kind == "video" and _number(patch) and grid_keys:
+            # every frame's patches in one row, one patch grid per frame (MiniCPM-o's packed clip), at
+            # the tower's image size, then at the model's (MiniCPM-V 4.6 merges 448 px frames' patches)
+            outer = config_value(config, "image_size")
+            for each in dict.fromkeys([side, *([min(int(outer), MAX_INPUT_SIDE)] if _number(outer) else [])]):
+                p, grid_side = int(patch), each // int(patch)
+                pixels = torch.randn(1, channels, p, frames * grid_side**2 * p, generator=gen).to(float_dtype)
+                thw = torch.tensor([[grid_side] * 2] * frames, dtype=torch.int32)
+                what = f"{frames} frames of {each}x{each} px"
+                yield ({keys[0]: pixels, grid_keys[0]: thw}, what), {arg: pixels, grid_keys[0]: thw}
         if grid in taken and grid in params:  # a grid model whose tower embeds flat patches with a Linear (MuseSpark)
             from torch import nn
 
             tower = next((m for name in _TOWERS if isinstance(m := getattr(entry, name, None), nn.Module)), entry)
             steps = 1 if kind == "image" else 2
+            conv = pixel_conv(model, paths)
+            small = (int(conv.in_channels), *map(int, conv.kernel_size)) if conv is not None else ()
             for flat, thw, what in flat_grid_pixels(tower, vision, gen, dtype, workload, steps=steps):
                 yield ({keys[0]: flat, grid: thw}, what), {arg: flat, grid: thw}
+                if len(small) == 3 and flat.shape[-1] == math.prod(small):  # each patch a small image (Kimi-K2.5)
+                    shaped = flat.reshape(-1, *small)
+                    yield ({keys[0]: shaped, grid: thw}, f"{what}, each a small image"), {arg: shaped, grid: thw}
 
     (made, size), _, count = _first_counted(features_of, tries(), f"{kind} pixels")
     kept: dict[str, Any] = dict(made)
@@ -831,6 +865,7 @@ def _with_decoder(made: ModelInputs, config: Any, params: dict) -> list[ModelInp
 
 
 _TOWERS = ("vision_tower", "visual", "vision_model", "vision_encoder", "vision")
+_VIDEO_PATCH_GRIDS = ("target_sizes_videos",)  # one frame's patch grid, shared by every frame of a clip
 
 
 def _has(proc: Any, kind: str) -> bool:

@@ -188,6 +188,31 @@ def test_a_pixel_shuffle_gets_a_patch_grid_it_divides() -> None:
     assert Idefics3Config().vision_config.image_size == 224  # the default still has the odd grid
 
 
+def test_a_pixel_shuffle_factor_by_its_other_name_gets_a_grid_it_divides() -> None:
+    """ModernVBERT's default config: 224 / 16 = 14 patches a side, shuffled by
+    ``pixel_shuffle_factor`` 4 (no image runs on stock transformers): 16 a side (256 px)."""
+    from transformers import ModernVBertConfig
+
+    for how, config in tiny_configs("modernvbert"):
+        vision = config.vision_config
+        assert vision.image_size == 256 and (vision.image_size // vision.patch_size) % 4 == 0, how
+    assert ModernVBertConfig().vision_config.image_size == 224
+
+
+def test_stage_widths_and_the_channels_that_quote_them_shrink_alike() -> None:
+    """SAM 2's Hiera widens by stage (96, 192, 384, 768) and its FPN neck lists the same widths,
+    last first: both follow the first stage's new width in proportion. A channel count no 8
+    divides is no convolution's width (SuperPoint's 65 = 8 x 8 cells and a dustbin) and stays."""
+    config = next(tiny_configs("sam2"))[1]
+    stages = config.vision_config.backbone_config.embed_dim_per_stage
+    assert stages[0] == config.vision_config.backbone_config.hidden_size < 96
+    assert [w // stages[0] for w in stages] == [1, 2, 4, 8]
+    assert config.vision_config.backbone_channel_list == stages[::-1]
+    lightglue = next(tiny_configs("lightglue"))[1]
+    assert lightglue.keypoint_detector_config.keypoint_decoder_dim == 65
+    assert lightglue.keypoint_detector_config.descriptor_decoder_dim == lightglue.descriptor_dim < 256
+
+
 def test_a_pooling_projector_gets_a_token_grid_the_patch_grid_divides() -> None:
     """Gemma 3 pools 64 x 64 patches to 16 x 16 tokens; its default config's tower has 224 / 16 =
     14 patches a side, so 256 tokens make a pooling kernel of 0 (no image runs on stock
@@ -259,17 +284,18 @@ def test_a_type_no_family_fuses_is_not_built_with_its_reason() -> None:
     "ignore:Initializing zero-element tensors"
 )  # its empty projector, as transformers builds it
 def test_a_tiny_model_that_runs_nothing_unfused_is_not_built_not_failed() -> None:
-    """EfficientLoFTR takes pairs of images, which no input made here is: the unfused model
-    raises on every one, and its attention is verified on no sample input either, so nothing
+    """OneFormer requires task tokens, which no input made here gives: the unfused model
+    raises on every input, and its attention is verified on no sample input either, so nothing
     can be compared. That is the tiny build's failure, said with the original's error, never
     a failed fusion. LW-DETR's default config has no feature levels (``projector_scale_factors=[]``):
     its original runs on no image either, but its fused modules are verified on sample inputs,
     which is a fallback, with both reasons."""
-    result = check_type("efficientloftr", ["qkv"], 0)
+    result = check_type("oneformer", ["qkv", "patch_embeddings_2d"], 0)
     assert result["status"] == NOT_BUILT
     assert result["reason"].startswith(
-        "the tiny model runs on no input made for it, unfused included (EfficientLoFTRModel: "
+        "the tiny model runs on no input made for it, unfused included (OneFormerModel: "
     )
+    assert "missing 1 required positional argument: 'task_inputs'" in result["reason"]
     result = check_type("lw_detr", ["qkv", "patch_embeddings_2d"], 0)
     assert result["status"] == FALLBACK
     assert result["reason"].startswith("end to end not run (not run: LwDetrModel: no input it accepts (")
@@ -382,6 +408,22 @@ def test_a_part_saved_alone_is_opened_and_checked_end_to_end(model_type, kinds) 
         ("musicgen_decoder", ["text"]),
         # the default config projects audio to 3584 for a 2048-wide text model: the tiny one follows the text
         ("qwen3_asr", ["audio", "text"]),
+        # images on an images axis, (batch, images, C, H, W), no processor here
+        ("modernvbert", ["image", "text"]),
+        # an image-to-text encoder-decoder: pixels and the decoder's first tokens
+        ("vision-encoder-decoder", ["image"]),
+        # the pixels go to the 3-channel Hiera stem, not the only fused conv (its 1-channel mask prompt's)
+        ("sam2", ["image"]),
+        # the image's embeddings at the positions a mask marks, one per latent query
+        ("kosmos-2", ["image", "text"]),
+        # images with their patch grids; a clip packed as one row of patches, one grid per frame
+        ("minicpmv4_6", ["image", "text", "video"]),
+        # a clip in pixel_values (the config names no frame count), a video token per query per frame
+        ("instructblipvideo", ["text", "video"]),
+        # pairs of images (a keypoint matcher)
+        ("lightglue", ["image"]),
+        # the prompt image and mask its forward requires, square images of the canvas' shorter side
+        ("seggpt", ["image"]),
     ],
 )
 def test_parts_and_odd_inputs_run_end_to_end(model_type, kinds) -> None:
