@@ -213,6 +213,22 @@ def test_stage_widths_and_the_channels_that_quote_them_shrink_alike() -> None:
     assert lightglue.keypoint_detector_config.descriptor_decoder_dim == lightglue.descriptor_dim < 256
 
 
+def test_hook_ids_into_a_towers_layers_follow_its_depth_and_images_fit_the_smallest_scale() -> None:
+    """Depth Pro hooks layers 11 and 5 of its 24-layer patch encoder and patches 384 px crops of its
+    image scaled by a quarter: the tiny config hooks layers of its 2, and the image made for it is
+    1536 px (384 / 0.25), not its patch encoder's 384 (too small for the quarter scale)."""
+    import torch
+
+    from fusion_core.run.candidates import candidate_inputs
+
+    how, config, model = _built("depth_pro")
+    assert config.intermediate_hook_ids == [1, 0] and config.image_model_config.num_hidden_layers == 2
+    first = next(candidate_inputs(model.eval(), ["encoder.patch_encoder.model.embeddings.patch_embeddings"]))
+    assert first.kwargs["pixel_values"].shape == (1, 3, 1536, 1536)
+    with torch.inference_mode():
+        model(**first.kwargs)
+
+
 def test_a_pooling_projector_gets_a_token_grid_the_patch_grid_divides() -> None:
     """Gemma 3 pools 64 x 64 patches to 16 x 16 tokens; its default config's tower has 224 / 16 =
     14 patches a side, so 256 tokens make a pooling kernel of 0 (no image runs on stock
@@ -424,6 +440,13 @@ def test_a_part_saved_alone_is_opened_and_checked_end_to_end(model_type, kinds) 
         ("lightglue", ["image"]),
         # the prompt image and mask its forward requires, square images of the canvas' shorter side
         ("seggpt", ["image"]),
+        # a clip as one batch of frames (X-CLIP's vision tower alone)
+        ("xclip_vision_model", ["video"]),
+        # a text model that takes only embeddings although its forward names input_ids
+        ("qwen3_omni_moe_talker_code_predictor", ["embeddings"]),
+        # counted clips: patches as small images (Kimi-K2.5's temporal merge), a newline token per row (HY-V4-VL)
+        ("kimi_k25", ["image", "text", "video"]),
+        ("hy_v4_vl", ["image", "text", "video"]),
     ],
 )
 def test_parts_and_odd_inputs_run_end_to_end(model_type, kinds) -> None:
