@@ -307,7 +307,7 @@ def _pixel_inputs(
     config = entry.config
     kernel = tuple(conv.kernel_size)
     channels = int(conv.in_channels)
-    size = config_value(config, "image_size", "crop_size")
+    size = config_value(config, "image_size", "crop_size", "input_size")  # (LayoutLMv3: input_size)
     if workload.image_size:
         height = width = int(workload.image_size)
     elif isinstance(size, (list, tuple)):

@@ -808,6 +808,21 @@ def _counted_clip(
                 own, forward = (patch_grids(names, n, side_patches, side_patches) for names in (taken, params))
                 if own and forward:
                     yield ({keys[0]: pixels, **forward}, size), {arg: pixels, **own}
+            if kind == "image" and len(shape) == 4 and "image_sizes" in taken and "image_sizes" in params:
+                sizes = torch.tensor([[side, side]] * n)  # each image's (height, width) in pixels (Apertus 1.5)
+                yield ({keys[0]: pixels, "image_sizes": sizes}, size), {arg: pixels, "image_sizes": sizes}
+        if kind == "image" and _number(patch):
+            p, g = int(patch), side // int(patch)
+            if "spatial_shapes" in taken and "spatial_shapes" in params:
+                # NaFlex patches (SigLIP 2's towers: LFM2-VL): each image's patches flattened, its grid, their mask
+                made = {arg: torch.randn(n, g * g, channels * p * p, generator=gen).to(float_dtype)}
+                made["spatial_shapes"] = torch.tensor([[g, g]] * n)
+                if "pixel_attention_mask" in taken:
+                    made["pixel_attention_mask"] = torch.ones(n, g * g, dtype=torch.bool)
+                yield ({keys[0]: made[arg], **{k: v for k, v in made.items() if k != arg}}, size), made
+            # every image's patches flattened into one batch of patch vectors (NeoMME's patch embedding)
+            flat = torch.randn(n * g * g, channels * p * p, generator=gen).to(float_dtype)
+            yield ({keys[0]: flat}, f"{size} as {g * g} patches of {channels * p * p} values"), {arg: flat}
         grid_keys = [k for k in _VIDEO_PATCH_GRIDS if k in taken and k in params]
         if kind == "video" and _number(patch) and grid_keys:
             # every frame's patches in one row, one patch grid per frame (MiniCPM-o's packed clip), at

@@ -447,6 +447,13 @@ def test_a_part_saved_alone_is_opened_and_checked_end_to_end(model_type, kinds) 
         # counted clips: patches as small images (Kimi-K2.5's temporal merge), a newline token per row (HY-V4-VL)
         ("kimi_k25", ["image", "text", "video"]),
         ("hy_v4_vl", ["image", "text", "video"]),
+        # images with their sizes in pixels (get_image_features requires image_sizes)
+        ("apertus1p5", ["audio", "image", "text"]),
+        # an image of the config's input_size beside the text's boxes
+        ("layoutlmv3", ["image", "text"]),
+        # NaFlex patches with their spatial shapes and mask; patches flattened into one batch of vectors
+        ("lfm2_vl", ["image", "text"]),
+        ("neomme", ["image", "text"]),
     ],
 )
 def test_parts_and_odd_inputs_run_end_to_end(model_type, kinds) -> None:
