@@ -221,7 +221,7 @@ def test_hook_ids_into_a_towers_layers_follow_its_depth_and_images_fit_the_small
 
     from fusion_core.run.candidates import candidate_inputs
 
-    how, config, model = _built("depth_pro")
+    _, config, model = _built("depth_pro")
     assert config.intermediate_hook_ids == [1, 0] and config.image_model_config.num_hidden_layers == 2
     first = next(candidate_inputs(model.eval(), ["encoder.patch_encoder.model.embeddings.patch_embeddings"]))
     assert first.kwargs["pixel_values"].shape == (1, 3, 1536, 1536)
