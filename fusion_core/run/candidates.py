@@ -33,6 +33,7 @@ from .part_inputs import (
     patches_as_images,
     series_inputs,
     state_inputs,
+    states_in_values,
     takes_grid,
     with_mask_prompt,
 )
@@ -202,9 +203,9 @@ def candidate_inputs(
         note = f"{n} image(s), {channels} channels, {side}x{side} (the config's size)"
         yield ModelInputs(entry_path, {"pixel_values": image, **common}, "image", [note])
     media = conv is not None or any(key_modality(k) in ("image", "video", "audio") for k in params)
-    if not found or ("input_ids" in params and not media):
+    if not found or ("input_ids" in params and not media) or states_in_values(entry, params):
         # (last, for a text model: one that takes only embeddings although it names input_ids,
-        # Qwen3-Omni's code predictor)
+        # Qwen3-Omni's code predictor; and after a waveform, for a speech model without pre-nets)
         for inputs in state_inputs(entry, params, _generator(seed), dtype, workload):
             found = True
             inputs.entry = entry_path

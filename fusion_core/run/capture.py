@@ -116,7 +116,7 @@ def capture_runs(
             for inputs in group.candidates:
                 current.clear()
                 calls.clear()
-                inputs.kwargs = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.kwargs.items()}
+                inputs.kwargs = {k: _on(v, device) for k, v in inputs.kwargs.items()}
                 entry = model.get_submodule(inputs.entry) if inputs.entry else model
                 heartbeat(f"running the original on {group.label} ({inputs.kind} inputs)")
                 try:
@@ -149,3 +149,11 @@ def capture_runs(
     if not runs:
         raise CheckError(f"{type(model).__name__}: no input it accepts ({'; '.join(errors) or 'none could be made'})")
     return runs, captured, notes
+
+
+def _on(value: Any, device: Any) -> Any:
+    """``value`` on ``device``: a tensor, or each tensor of a list of them (SAM 3's DETR encoder
+    takes one feature map per level)."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on(v, device) for v in value)
+    return value.to(device) if hasattr(value, "to") else value
