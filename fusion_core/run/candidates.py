@@ -37,6 +37,7 @@ from .part_inputs import (
     takes_grid,
     with_mask_prompt,
 )
+from .results import FedInput
 
 if TYPE_CHECKING:
     from torch import nn
@@ -202,6 +203,14 @@ def candidate_inputs(
         image = torch.randn(n, channels, side, side, generator=_generator(seed)).to(dtype)
         note = f"{n} image(s), {channels} channels, {side}x{side} (the config's size)"
         yield ModelInputs(entry_path, {"pixel_values": image, **common}, "image", [note])
+        patch = _size(config_value(entry.config, "patch_size"))
+        if patch and side % patch == 0:  # its patches flattened, one row of values each (Molmo2's tower)
+            g = side // patch
+            rows = image.reshape(n, channels, g, patch, g, patch).permute(0, 2, 4, 1, 3, 5).reshape(n, g * g, -1)
+            note = f"{n} image(s) of {side}x{side} as {g * g} patches of {rows.shape[-1]} values"
+            fed = [FedInput("image", "image", n, f"{side}x{side} px as {g * g} patches", "synthetic")]
+            kwargs = {"pixel_values": rows.contiguous(), **common}
+            yield ModelInputs(entry_path, kwargs, "image", [note], fed=fed)
     media = conv is not None or any(key_modality(k) in ("image", "video", "audio") for k in params)
     if not found or ("input_ids" in params and not media) or states_in_values(entry, params):
         # (last, for a text model: one that takes only embeddings although it names input_ids,

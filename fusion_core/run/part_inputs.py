@@ -327,6 +327,14 @@ def flat_grid_pixels(
             grid = torch.tensor([[steps, h, w]] * n)
             clip = f"{steps * temporal} frames of " if steps > 1 else ""
             yield flat, grid, f"{clip}{h * patch}x{w * patch} px as {steps * h * w} patches of {width} values"
+    dims = doc_dims(tower, "pixel_values")
+    if merge > 1 and dims is not None and len(dims) == 4 and "merge" in dims[1] and "channels" in dims[-1]:
+        # one block of merge x merge patches per language-model token, channels last, and the grid
+        # counted in tokens, as the tower's docstring gives them (Inkling2's)
+        side, tokens = patch * merge, h // merge
+        blocks = torch.randn(n * steps * tokens * tokens, side, side, channels, generator=gen).to(float_dtype)
+        grid = torch.tensor([[steps, tokens, tokens]] * n)
+        yield blocks, grid, f"{h * patch}x{h * patch} px as {steps * tokens * tokens} blocks of {side}x{side} px"
 
 
 _CROSS_NAMES = ("encoder_attn", "crossattention", "cross_attn", "cross_attention")

@@ -454,6 +454,11 @@ def test_a_part_saved_alone_is_opened_and_checked_end_to_end(model_type, kinds) 
         # NaFlex patches with their spatial shapes and mask; patches flattened into one batch of vectors
         ("lfm2_vl", ["image", "text"]),
         ("neomme", ["image", "text"]),
+        # a tower over flattened patches with a fixed count (its position table), no grid (Molmo2's)
+        ("molmo2_vision", ["image"]),
+        # blocks of merge x merge patches per token, channels last, as the tower's docstring gives them
+        ("inkling2_vision", ["image"]),
+        ("inkling2", ["image", "text"]),
     ],
 )
 def test_parts_and_odd_inputs_run_end_to_end(model_type, kinds) -> None:
