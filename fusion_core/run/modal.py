@@ -18,11 +18,11 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckError, one_line
-from ..families._sample_inputs import patch_grids
+from ..families._sample_inputs import config_value, patch_grids
 from ..text import printable
 from .candidates import candidate_inputs
 from .inputs import (
@@ -466,9 +466,8 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
                 # (after the config's clips: a clip in ``pixel_values`` with text but no video tokens
                 # runs nowhere in LLaVA-NeXT-Video)
                 try:
-                    group.candidates.append(
-                        _counted_clip(model, paths, config, params, dtype, workload, label, "video")
-                    )
+                    made = _counted_clip(model, paths, config, params, dtype, workload, label, "video")
+                    group.candidates += [made, *_per_step_spans(made, config, params)]
                 except Exception as e:
                     group.notes.append(f"{label}: none from the config ({one_line(e, first=True, named=True)})")
             if m.kind == "audio" and "input_ids" in params:
@@ -858,6 +857,36 @@ def _counted_clip(
     ]
     note = f"{label}: {kind} of {size} made from the config; as many {kind} tokens as its {kind} features"
     return ModelInputs(entry_path, kept, label, [note], fed=fed)
+
+
+def _per_step_spans(made: ModelInputs, config: Any, params: dict) -> list[ModelInputs]:
+    """``made`` (a counted clip on a ``video_grid_thw``, or on one patch grid per frame) with its
+    video tokens in one span per temporal step or frame, a text token after each, as a processor
+    that stamps each frame's time writes them (Cosmos 3 Edge, MiniCPM-V 4.7: their positions
+    count one span per frame); none for one step."""
+    import torch
+
+    ids, grid = made.kwargs.get("input_ids"), made.kwargs.get("video_grid_thw")
+    frames = next((made.kwargs[k] for k in _VIDEO_PATCH_GRIDS if k in made.kwargs), None)  # a grid per frame
+    steps = int(grid[0, 0]) if grid is not None else len(frames) if frames is not None else 0
+    video_id = config_value(config, "video_token_id", "video_token_index")
+    if ids is None or not isinstance(video_id, int) or steps < 2 or (ids.shape[0] != 1 and frames is not None):
+        return []
+    row = ids[0].tolist()
+    count = row.count(video_id)
+    text = [t for t in row if t != video_id]
+    if count % steps or not text:
+        return []
+    span = [video_id] * (count // steps)
+    spaced = [t for _ in range(steps) for t in (*span, text[0])] + text[1:]
+    kwargs = {**made.kwargs, "input_ids": torch.tensor([spaced] * ids.shape[0])}
+    if "attention_mask" in kwargs:
+        kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
+    if "mm_token_type_ids" in params:
+        kwargs["mm_token_type_ids"] = token_types(kwargs["input_ids"], video_id, "video")
+    fed = [f if f.modality != "text" else replace(f, size=f"{len(spaced)} tokens") for f in made.fed]
+    note = f"the video tokens in {steps} spans, one per step, a text token after each"
+    return [ModelInputs(made.entry, kwargs, made.kind, [*made.notes, note], fed=fed)]
 
 
 def _with_decoder(made: ModelInputs, config: Any, params: dict) -> list[ModelInputs]:

@@ -459,6 +459,9 @@ def test_a_part_saved_alone_is_opened_and_checked_end_to_end(model_type, kinds) 
         # blocks of merge x merge patches per token, channels last, as the tower's docstring gives them
         ("inkling2_vision", ["image"]),
         ("inkling2", ["image", "text"]),
+        # the video tokens in one span per frame (a grid per step, one patch grid per frame)
+        ("cosmos3_edge", ["image", "text", "video"]),
+        ("minicpmv4_7", ["image", "text", "video"]),
     ],
 )
 def test_parts_and_odd_inputs_run_end_to_end(model_type, kinds) -> None:
