@@ -19,11 +19,15 @@ package; so the default config is shrunk here, by rules on its field names, in i
   their fields are; relations the architecture needs kept: equal shares of the width
   (LayoutLM's ``coordinate_size``) still make it up, a pixel-shuffled MLP takes width /
   ratio ** 2, a VQ-GAN's attention width stays its deepest stage, a convolution's output
-  size over channels no rule shrank stays, and a codec's stack that doubles
-  ``num_filters`` per stride is at most :data:`MAX_STACK` channels wide;
+  size over channels no rule shrank stays, a codec's stack that doubles ``num_filters``
+  per stride is at most :data:`MAX_STACK` channels wide, a backbone's stage channel lists
+  (and the ``hidden_sizes`` it reports) shrink alike and the channel counts other configs
+  take from its outputs follow them, and a Mamba mixer's heads stay a multiple of its groups;
 - **experts**: at most 4, 2 per token, one group;
 - **vocabulary**: 1024 tokens; special token ids beyond it move to its top (not a
-  vocabulary that holds codebooks at stated token offsets: kept whole).
+  vocabulary that holds codebooks at stated token offsets: kept whole); a token id the
+  model's code reads off its config and the default config lacks (:func:`read_token_ids`)
+  is set: the id another config of the model names, else a free one.
 
 Image sizes and patch sizes are kept: the image-token counts a config states (576 for a
 336 px CLIP tower) stay right, and with a width of 64 the compute is small anyway; an
@@ -389,6 +393,70 @@ def _channels(d: dict[str, Any], skip: set[str]) -> None:
             d[key] = type(value)(_round_up(v / 8, 8) if v > 64 else v for v in value)
 
 
+#: a convolution backbone's own stage channel lists (HGNetV2's stem_channels, stage_in/mid/out_channels)
+_STAGE_CHANNELS_RE = re.compile(r"^(stage|stem)_\w*channels$")
+
+
+def _channel(value: int) -> int:
+    """One channel count of a stack :func:`_channels` shrinks: over 64, divided by 8."""
+    return _round_up(value / 8, 8) if value > 64 else value
+
+
+def _stage_channels(d: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[int]]]:
+    """A backbone's stage channel lists shrunk alike, each count as :func:`_channels` shrinks it, never
+    as a width another config has (PP-DocLayoutV2's reading-order model is 512 wide: its HGNetV2's
+    stage_in_channels 512 is not that width); the stage widths it reports (``hidden_sizes``, what its
+    ``channels`` are made of) alike when they are the same counts. Returns the old lists by key, and
+    the old lists of what it outputs (``hidden_sizes``, ``stage_out_channels``) when it reports them."""
+    lists = {
+        k: v
+        for k, v in d.items()
+        if _STAGE_CHANNELS_RE.match(k) and isinstance(v, (list, tuple)) and v and all(_int(x) for x in v)
+    }
+    sizes = d.get("hidden_sizes")
+    reported = (
+        isinstance(sizes, (list, tuple))
+        and sizes
+        and all(_int(x) for x in sizes)
+        and bool(set(sizes) & {x for v in lists.values() for x in v})
+    )
+    if reported:
+        lists["hidden_sizes"] = sizes
+    for key, value in lists.items():
+        d[key] = type(value)(_channel(x) for x in value)
+    outputs = {k: list(v) for k, v in lists.items() if k == "hidden_sizes" or "out" in k} if reported else {}
+    return lists, outputs
+
+
+def _backbone_outputs(
+    d: dict[str, Any], outputs: list[dict[str, list[int]]], own: set[str], widths: dict[int, int]
+) -> set[str]:
+    """Channel counts of ``d`` that are a backbone's outputs follow them, as :func:`_stage_channels`
+    shrank them: a list that is a run of its reported stage widths (D-FINE's encoder_in_channels 512,
+    1024, 2048: its HGNetV2's hidden_sizes from the second), a count that is one stage's output
+    channels and no width (PP-DocLayoutV3's x4_feat_dim 128: its first stage's). Returns the keys changed."""
+    changed = set()
+    for key, value in list(d.items()):
+        if key in own or not _CHANNELS_RE.search(key):
+            continue
+        for lists in outputs:
+            if _int(value) and value not in widths and any(value in v for k, v in lists.items() if "out" in k):
+                d[key] = _channel(value)
+            elif (
+                isinstance(value, (list, tuple))
+                and value
+                and any(
+                    list(value) == v[i : i + len(value)] for v in lists.values() for i in range(len(v) - len(value) + 1)
+                )
+            ):
+                d[key] = type(value)(_channel(x) for x in value)
+            else:
+                continue
+            changed.add(key)
+            break
+    return changed
+
+
 def _scale_sections(d: dict[str, Any], dim_factor: float) -> None:
     """Rotary sections (``mrope_section``) scaled with the head size, still summing to half of it."""
     for holder in (d.get("rope_scaling"), d.get("rope_parameters"), d):
@@ -507,9 +575,12 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
         _shrink_width(sub, plan)
     text = d.get("text_config") if isinstance(d.get("text_config"), dict) else None
     text_plan = plans[dicts.index(text)] if text is not None and text in dicts else {}
-    for sub, plan in zip(dicts, plans, strict=True):
+    staged = [_stage_channels(sub) if not plan else ({}, {}) for sub, plan in zip(dicts, plans, strict=True)]
+    outputs = [out for _, out in staged if out]
+    for sub, plan, (stages, _) in zip(dicts, plans, staged, strict=True):
         own = {plan.get("width_key"), plan.get("heads_key")} if plan else set()
         own |= {k for k, v in sub.items() if _FFN_RE.search(k) or _HEAD_DIM_RE.search(k) or isinstance(v, dict)}
+        own |= set(stages) | _backbone_outputs(sub, outputs, own | set(stages), widths)
         if plan and text_plan and sub is not text:
             # a tower's second width, quoted from no config (a default config whose tower
             # projects to another size of the language model): the language model's width
@@ -520,11 +591,12 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
                 own.add(key)
         quoted = _quoted_widths(sub, widths, own)
         if not plan:  # (not a width it quotes: an FPN's channels are its backbone's stage widths)
-            _channels(sub, skip=quoted)
+            _channels(sub, skip=quoted | set(stages))
     _encoder_widths(dicts, plans, widths)
     for sub, plan in zip(dicts, plans, strict=True):
         _shuffled_mlp(sub, plan)
     for sub, original in zip(dicts, _all_dicts(data), strict=True):
+        _ssm_groups(sub)
         _filter_stack(sub)
         _vq_stack(sub, original)
     _vocab(d)
@@ -544,6 +616,21 @@ def _vq_stack(d: dict[str, Any], original: dict[str, Any]) -> None:
         d["base_channels"] = _round_up(base / 8, 32)
         for key in keys:
             d[key] = d["base_channels"] * mult[-1]
+
+
+#: a state-space mixer's groups (Mamba 2's ``n_groups``; not ``n_group``, a router's) and its heads
+_SSM_GROUPS_RE = re.compile(r"^(mamba_|ssm_)?n_?groups$")
+_SSM_HEAD_KEYS = ("mamba_num_heads", "mamba_n_heads", "n_mamba_heads", "ssm_num_heads", "num_heads")
+
+
+def _ssm_groups(d: dict[str, Any]) -> None:
+    """A Mamba 2 mixer shares its B and C among ``n_groups`` groups of heads (``repeat_interleave(heads
+    // groups)``): its heads stay a multiple of its groups. Heads shrunk below them (Nemotron-H: 128
+    heads, 8 groups; 2 heads tiny) keep the groups that divide them (their greatest common divisor)."""
+    gkey = next((k for k, v in d.items() if _SSM_GROUPS_RE.match(k) and _int(v) and v > 1), None)
+    hkey, heads = _first(d, _SSM_HEAD_KEYS)
+    if gkey and hkey and heads and heads % d[gkey]:
+        d[gkey] = math.gcd(heads, d[gkey])
 
 
 MAX_STACK = 1024  # the widest stage of a convolution stack that doubles its channels per stride
@@ -622,6 +709,97 @@ def _media_tokens(d: dict[str, Any]) -> None:
         if key in d and d[key] is None and isinstance(d.get(tower), dict):
             d[key] = next(i for i in range(vocab - 1, 0, -1) if i not in used)
             used.add(d[key])
+
+
+#: a token id its modeling code reads off its own config (``self.config.vision_start_token_id``; not a
+#: sub-config's: ``config.text_config.pad_token_id``)
+_READ_TOKEN_RE = re.compile(r"(?:(?<![\w.])|(?<=self\.))config\.(\w+_token_(?:id|index))\b")
+
+
+def read_token_ids(config: Any) -> dict[tuple[str, ...], list[str]]:
+    """The token ids the model classes of ``config`` and of each of its sub-configs read off their
+    config and neither it nor its own sub-configs have, by the sub-config's path (``()``: ``config`` itself):
+    Qwen2.5-Omni's thinker reads ``vision_start_token_id`` in ``get_rope_index``, its default config
+    class defines none (its checkpoints' config.json name one).
+
+    Read in the source of every class of the model class's modeling module that takes exactly that
+    config class (and of their bases in that module), not the module's other classes (a talker's
+    reads are off the talker's config).
+    """
+    from transformers import PretrainedConfig
+
+    tree: list[tuple[tuple[str, ...], Any]] = [((), config)]
+    for path, cfg in tree:
+        tree += [((*path, k), v) for k, v in vars(cfg).items() if isinstance(v, PretrainedConfig)]
+    found = {
+        path: [n for n in _token_reads(cfg) if not any(hasattr(c, n) for p, c in tree if p[: len(path)] == path)]
+        for path, cfg in tree
+    }  # (a name it or a sub-config of it has is read there: Qwen2.5-Omni's image_token_id, the thinker's)
+    return {path: names for path, names in found.items() if names}
+
+
+def _token_reads(config: Any) -> list[str]:
+    """The ``*_token_id`` / ``*_token_index`` names the model classes of ``config`` read off it
+    without a fallback (none when no model class or source is found)."""
+    import inspect
+    import sys
+
+    from ..model.classes import resolve_model_class
+
+    try:
+        model_class = resolve_model_class(config)[0]
+        module = sys.modules[model_class.__module__]
+        takers = [
+            c for c in vars(module).values() if isinstance(c, type) and c.__dict__.get("config_class") is type(config)
+        ]
+        owners = {b for c in (model_class, *takers) for b in c.__mro__ if b.__module__ == module.__name__}
+        source = "\n".join(inspect.getsource(c) for c in sorted(owners, key=lambda c: c.__qualname__))
+    except Exception:  # no model class, or no source: nothing read
+        return []
+    # not a name the code also quotes: hasattr(config, "decoder_pad_token_id") guards a fallback (BLIP)
+    return [
+        n for n in dict.fromkeys(_READ_TOKEN_RE.findall(source)) if f'"{n}"' not in source and f"'{n}'" not in source
+    ]
+
+
+def _free_token_ids(d: dict[str, Any], unset: dict[tuple[str, ...], list[str]]) -> None:
+    """The token ids ``unset`` names (see :func:`read_token_ids`) set in ``d``'s configs: the id another
+    config of ``d`` gives that name, else the highest free id of that config's language model's
+    vocabulary (as :func:`_media_tokens` picks them); one name one id."""
+    if not unset:
+        return
+    used = set(_special_ids(d))
+    # a name another config of the tree gives (Pix2Struct's text config: pad_token_id) is that id, the same token
+    given: dict[str, int] = {
+        name: sub[name]
+        for sub in reversed(_all_dicts(d))
+        for names in unset.values()
+        for name in names
+        if _int(sub.get(name))
+    }
+    for path, names in unset.items():
+        sub: Any = d
+        for key in path:
+            sub = sub.get(key) if isinstance(sub, dict) else None
+        if not isinstance(sub, dict):
+            continue
+        vocab = _text_vocab(sub) or _text_vocab(d)
+        for name in names:
+            if name not in given and vocab > 1:
+                i = next((i for i in range(vocab - 1, 0, -1) if i not in used), None)
+                if i is None:
+                    continue
+                given[name] = i
+                used.add(i)
+            if name not in sub and name in given:
+                sub[name] = given[name]
+
+
+def _text_vocab(d: dict[str, Any]) -> int:
+    """The vocabulary size of ``d``'s language model (its ``text_config``'s, else its own; 0: none)."""
+    text = d.get("text_config") if isinstance(d.get("text_config"), dict) else d
+    vocab = text.get("vocab_size") if _int(text.get("vocab_size")) else d.get("vocab_size")
+    return vocab if _int(vocab) else 0
 
 
 def _pooled_grid(dicts: list[dict[str, Any]]) -> None:
@@ -730,13 +908,16 @@ def tiny_configs(model_type: str) -> Iterator[tuple[str, Any]]:
     from transformers import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
-    base = cls().to_dict()
+    default = cls()
+    base = default.to_dict()
+    unset = read_token_ids(default)
     first: Exception | None = None
     seen: list[dict[str, Any]] = []
     yielded = False
     for how, kwargs in VARIANTS:
         data = shrink(base, **kwargs)
         data.pop("transformers_version", None)
+        _free_token_ids(data, unset)
         if data in seen:
             continue
         seen.append(data)

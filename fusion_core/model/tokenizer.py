@@ -2,9 +2,11 @@
 
 One token a printable character, plus every special token the config names
 (``image_token_index`` -> ``image_token``, ``vision_start_token_id`` -> ``vision_start_token``)
-at its id; processors find them under those names. The demos save one beside their weights
-(:mod:`fusion_core.model.demo`); checks build one for a config without tokenizer files
-(:mod:`fusion_core.run.processors`). Deterministic: the same config gives the same tokenizer.
+at its id; processors find them under those names. Names that share an id share its string
+(CSM's ``pad_token_id`` is its ``audio_token_id``), so each keeps the config's id. The demos
+save one beside their weights (:mod:`fusion_core.model.demo`); checks build one for a config
+without tokenizer files (:mod:`fusion_core.run.processors`). Deterministic: the same config
+gives the same tokenizer.
 """
 
 from __future__ import annotations
@@ -73,7 +75,15 @@ def synthetic_tokenizer(config: Any, strings: dict[str, str] | None = None) -> A
     vocab_size = _vocab_size(config)
     ids = special_tokens(config)
     strings = dict(strings or {})
-    names = {name: strings.get(name, f"<|{name.removesuffix('_token')}|>") for name in ids}
+    # one string an id: names that share one (CSM's pad and audio tokens) share its string, else only one
+    # of them would keep the id; the string a processor writes for one of them, else the first name's
+    shared: dict[int, str] = {}
+    for name, i in ids.items():
+        if name in strings and i not in shared:
+            shared[i] = strings[name]
+    for name, i in ids.items():
+        shared.setdefault(i, f"<|{name.removesuffix('_token')}|>")
+    names = {name: shared[i] for name, i in ids.items()}
     vocab: dict[str, int] = {}
     taken = set(ids.values())
     for name, i in ids.items():
