@@ -383,6 +383,8 @@ def end_to_end_groups(model: nn.Module, paths: list[str], source: ModelSource, o
         media = [_synthetic(k, config, workload, grid, _sampling_rate(proc), sized) for k in taken]
     prompt = _prompt(workload, options.prompt)
     fallback = [] if user else list(_config_candidates(model, paths, workload))
+    absent = set(modality_keys(params)) - set(taken)  # a medium whose tower the config leaves out
+    fallback = [c for c in fallback if not set(_label(c).split("+")) & absent]  # (Nemotron-H Omni's audio)
     for m in media:
         label = f"{m.kind}+text" if "input_ids" in params else m.kind
         group = Group(label, required=user)

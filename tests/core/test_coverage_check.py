@@ -366,6 +366,15 @@ def test_a_medium_whose_tower_the_config_leaves_out_is_not_taken() -> None:
     assert taken_modalities(gemma3) == ["image"]
 
 
+
+def test_no_run_feeds_a_medium_whose_tower_the_config_leaves_out() -> None:
+    """Nemotron-H Omni's forward takes audio features, its default config has no audio tower
+    (``audio_config`` None): the config's audio inputs are not run in place of another medium's
+    (its forward ignores them), so no run says it fed audio."""
+    result = check_type("nemotron_h_omni", ["patch_embeddings", "patch_embeddings_2d", "qkv", "gate_up"], 0)
+    assert "audio" not in result["input_kinds"] and "text" in result["input_kinds"]
+
+
 @pytest.mark.parametrize("model_type", ["patchtst", "timesfm2_5"])
 def test_a_forecaster_is_fed_a_time_series_of_its_context(model_type) -> None:
     """PatchTST takes ``past_values`` as (batch, steps, channels), TimesFM 2.5 as (batch, steps)
