@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,27 @@ def _clone(value: Any) -> Any:
         return [_clone(v) for v in value]
     if isinstance(value, dict):
         return {k: _clone(v) for k, v in value.items()}
+    if _stateful(value):  # a cache as it was when the module was called, not as the run leaves it
+        return copy.deepcopy(value)
     return value
+
+
+def _stateful(value: Any) -> bool:
+    """Whether ``value`` is state a module's call changes: a key/value cache (transformers' ``Cache``,
+    which an attention layer extends on each call: CLVP's decoder makes one inside its forward)."""
+    return callable(getattr(value, "update", None)) and callable(getattr(value, "get_seq_length", None))
+
+
+def fresh(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``args`` and ``kwargs`` with a copy of each cache in them, so that every call of a module
+    starts from the state captured (tensors shared: modules do not change their inputs); the
+    same objects when they hold no cache."""
+    if not any(_stateful(v) for v in (*args, *kwargs.values())):
+        return args, kwargs
+    return (
+        tuple(copy.deepcopy(v) if _stateful(v) else v for v in args),
+        {k: copy.deepcopy(v) if _stateful(v) else v for k, v in kwargs.items()},
+    )
 
 
 def shapes_of(args: tuple, kwargs: dict) -> list[list[int]]:

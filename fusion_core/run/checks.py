@@ -40,7 +40,7 @@ from ..errors import Cancelled, CheckError
 from ..model.upstream_state import upstream_fusion_suspended
 from ..plan.fusion_plan import unpolluted
 from ..progress import Progress
-from .capture import FORWARD_SEED, shapes_of
+from .capture import FORWARD_SEED, fresh, shapes_of
 from .loading import load_original
 from .machine import this_machine
 from .results import (
@@ -609,12 +609,15 @@ def _compare_and_time(
 
     check.input_shapes = shapes_of(args, kwargs)
     w = workload
+
+    def call(module: nn.Module) -> Any:  # each call from the captured state: a cache in the inputs is copied
+        a, k = fresh(args, kwargs)
+        return module(*a, **k)
+
     try:
         with torch.inference_mode():
-            check.comparison = compare(mod_o(*args, **kwargs), mod_f(*args, **kwargs), w.dtype)
-            check.timing = measure(
-                lambda: mod_o(*args, **kwargs), lambda: mod_f(*args, **kwargs), timing, device=w.device, seed=w.seed
-            )
+            check.comparison = compare(call(mod_o), call(mod_f), w.dtype)
+            check.timing = measure(lambda: call(mod_o), lambda: call(mod_f), timing, device=w.device, seed=w.seed)
     except Cancelled:
         raise
     except Exception as e:  # a fused module that fails where its original runs is a finding, not a crash
