@@ -63,8 +63,8 @@ _PER_TOKEN_KEYS = ("num_experts_per_tok", "moe_k", "moe_topk", "num_experts_per_
 _GROUP_KEYS = ("n_group", "topk_group", "num_expert_group", "topk_groups")
 _LAYER_RE = re.compile(
     r"^(num_(hidden_|encoder_|decoder_|text_|vision_|global_)?layers|n_layers?|(encoder|decoder|text|vision)_layers"
-    r"|num_hidden_layers_.*|depth|num_blocks)$"
-)
+    r"|num_hidden_layers_.*|depth|num_blocks|[a-z]+_num_hidden_layers)$"
+)  # (a second stack's, under a prefix: V-JEPA 2's pred_num_hidden_layers, ViT-MAE's decoder_num_hidden_layers)
 _INDEX_RE = re.compile(
     r"(layer|block).*(ind|idx|index|indexes|indices)|(ind|idx|index|indexes|indices)$"
     r"|^(moe|cross_attention|mlp_only|full_attn|full_attention|global_attn|sliding_window|kv_source|dense)_layers$"

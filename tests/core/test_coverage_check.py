@@ -213,6 +213,21 @@ def test_stage_widths_and_the_channels_that_quote_them_shrink_alike() -> None:
     assert lightglue.keypoint_detector_config.descriptor_decoder_dim == lightglue.descriptor_dim < 256
 
 
+def test_a_second_stacks_layer_count_under_a_prefix_is_cut_too() -> None:
+    """V-JEPA 2's predictor (pred_num_hidden_layers 12, over 8192 tokens of a 64-frame clip) made its
+    tiny check run past any limit; ViT-MAE's decoder and Moonshine's encoder and decoder are cut alike."""
+    from transformers import CONFIG_MAPPING
+
+    for model_type, key in [
+        ("vjepa2", "pred_num_hidden_layers"),
+        ("vit_mae", "decoder_num_hidden_layers"),
+        ("moonshine", "encoder_num_hidden_layers"),
+    ]:
+        default = getattr(CONFIG_MAPPING[model_type](), key)
+        assert default > MAX_LAYERS
+        assert getattr(next(tiny_configs(model_type))[1], key) == MAX_LAYERS, model_type
+
+
 def test_hook_ids_into_a_towers_layers_follow_its_depth_and_images_fit_the_smallest_scale() -> None:
     """Depth Pro hooks layers 11 and 5 of its 24-layer patch encoder and patches 384 px crops of its
     image scaled by a quarter: the tiny config hooks layers of its 2, and the image made for it is
@@ -364,7 +379,6 @@ def test_a_medium_whose_tower_the_config_leaves_out_is_not_taken() -> None:
     assert taken_modalities(model) == []
     _, _, gemma3 = _built("gemma3")
     assert taken_modalities(gemma3) == ["image"]
-
 
 
 def test_no_run_feeds_a_medium_whose_tower_the_config_leaves_out() -> None:
