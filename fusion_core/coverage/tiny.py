@@ -566,6 +566,8 @@ def shrink(data: dict[str, Any], *, width: bool = True, head_size: int = HEAD_DI
             # attention changes
             sub["sliding_window"] = UNSET_WINDOW
     _pooled_grid(dicts)  # (widths leave image, patch and token counts as they are)
+    for sub in dicts:
+        _unset_lists(sub)
     if not width:
         _media_tokens(d)
         return d
@@ -674,13 +676,19 @@ _ENCODER_TOWERS = ("encoder_config", "audio_config", "speech_config", "vision_co
 def _encoder_widths(dicts: list[dict[str, Any]], plans: list[dict[str, Any]], widths: dict[int, int]) -> None:
     """A sub-config's ``encoder_hidden_size`` that quotes no width (Granite Speech's Q-Former
     projector: 1408, a BLIP-2 default, beside an encoder of 1024) follows its one sibling
-    encoder tower's new width: the projector cross-attends that encoder's output."""
+    encoder tower's new width: the projector cross-attends that encoder's output. So does the
+    last of a neck's ``downsample_channels`` that quotes no width: the neck hands its features to
+    that encoder (DeepSeek-OCR 2's SAM neck ends at 896 beside a 4096 wide encoder by default)."""
     for d in dicts:
         towers = [d[k] for k in _ENCODER_TOWERS if isinstance(d.get(k), dict)]
         planned = [plans[i] for i, s in enumerate(dicts) if any(s is t for t in towers) and plans[i]]
         if len(planned) != 1:
             continue
         for sub in _sub_dicts(d):
+            necks = sub.get("downsample_channels")
+            if not any(sub is t for t in towers) and isinstance(necks, list) and necks and _int(necks[-1]):
+                if necks[-1] not in widths.values():
+                    sub["downsample_channels"] = [*necks[:-1], planned[0]["new_width"]]
             value = sub.get("encoder_hidden_size")
             if any(sub is t for t in towers) or not _int(value) or value in widths.values():
                 continue
@@ -800,6 +808,30 @@ def _text_vocab(d: dict[str, Any]) -> int:
     text = d.get("text_config") if isinstance(d.get("text_config"), dict) else d
     vocab = text.get("vocab_size") if _int(text.get("vocab_size")) else d.get("vocab_size")
     return vocab if _int(vocab) else 0
+
+
+def _unset_lists(d: dict[str, Any]) -> None:
+    """Lists a default config leaves unset or empty that the model's forward reads, set as a
+    checkpoint's would be: one score threshold per class (0.5) and the classes' order
+    (PP-DocLayout-V2's ``class_thresholds`` and ``class_order``, None by default: its forward
+    fails on them), and one feature level at scale 1 for a projector with no scale factors
+    (LW-DETR's ``projector_scale_factors=[]``: no image runs)."""
+    labels = d.get("id2label") if isinstance(d.get("id2label"), dict) else None
+    classes = len(labels) if labels else d.get("num_labels") if _int(d.get("num_labels")) else None
+    for key in list(d):
+        if key not in d:  # (derived from a list set before it: popped)
+            continue
+        if d[key] is None and classes and key.startswith("class_"):
+            if key.endswith("_thresholds"):
+                d[key] = [0.5] * classes
+            elif key.endswith("_order"):
+                d[key] = list(range(classes))
+        elif key.endswith("scale_factors") and isinstance(d[key], (list, tuple)) and not d[key]:
+            d[key] = [1.0]
+            for derived in [
+                k for k, v in d.items() if (k.endswith("_channels") and v == []) or k == "num_feature_levels"
+            ]:
+                d.pop(derived)  # (what the config class derives from the factors: derived anew)
 
 
 def _pooled_grid(dicts: list[dict[str, Any]]) -> None:

@@ -318,19 +318,19 @@ def test_a_tiny_model_that_runs_nothing_unfused_is_not_built_not_failed() -> Non
     """OneFormer requires task tokens, which no input made here gives: the unfused model
     raises on every input, and its attention is verified on no sample input either, so nothing
     can be compared. That is the tiny build's failure, said with the original's error, never
-    a failed fusion. LW-DETR's default config has no feature levels (``projector_scale_factors=[]``):
-    its original runs on no image either, but its fused modules are verified on sample inputs,
-    which is a fallback, with both reasons."""
+    a failed fusion. JEV's forward requires marks, option counts and question types no input
+    made here gives: its original runs on none either, but its fused modules are verified on
+    sample inputs, which is a fallback, with both reasons."""
     result = check_type("oneformer", ["qkv", "patch_embeddings_2d"], 0)
     assert result["status"] == NOT_BUILT
     assert result["reason"].startswith(
         "the tiny model runs on no input made for it, unfused included (OneFormerModel: "
     )
     assert "missing 1 required positional argument: 'task_inputs'" in result["reason"]
-    result = check_type("lw_detr", ["qkv", "patch_embeddings_2d"], 0)
+    result = check_type("jev", ["qkv", "gate_up"], 0)
     assert result["status"] == FALLBACK
-    assert result["reason"].startswith("end to end not run (not run: LwDetrModel: no input it accepts (")
-    assert "torch.cat(): expected a non-empty list of Tensors" in result["reason"]
+    assert result["reason"].startswith("end to end not run (not run: JevForDecision: no input it accepts (")
+    assert "missing 3 required positional arguments: 'marks', 'num_options'" in result["reason"]
     assert result["reason"].endswith("verified on module sample inputs only")
 
 

@@ -138,6 +138,10 @@ def test_stage_channels_of_other_backbones_are_unchanged() -> None:
         ("d_fine", ["image"]),
         ("deimv2", ["image"]),
         ("pp_doclayout_v3", ["image"]),
+        # a threshold and an order per class, which its forward reads and its default leaves None
+        ("pp_doclayout_v2", ["image"]),
+        # one feature level at scale 1 (its default projector has none)
+        ("lw_detr", ["image"]),
     ],
 )
 def test_types_with_kept_relations_run_end_to_end(model_type, kinds) -> None:
@@ -159,3 +163,20 @@ def test_types_now_running_end_to_end(model_type, kinds) -> None:
     assert result["status"] in (VERIFIED, FALLBACK), result["reason"]
     assert result["input_kinds"] == kinds
     assert "end to end not run" not in result["reason"]
+
+
+def test_lists_the_default_leaves_unset_and_a_necks_last_channels_are_set() -> None:
+    """PP-DocLayout-V2's class thresholds and order (None by default) get one entry per class;
+    LW-DETR's empty projector scale factors get one level, and what the config class derives
+    from them is derived anew; DeepSeek-OCR 2's SAM neck ends at its sibling encoder's width
+    (896 beside 4096 by default: its features are concatenated with the encoder's queries)."""
+    doc = next(tiny_configs("pp_doclayout_v2"))[1]
+    assert doc.class_thresholds == [0.5] * len(doc.id2label) and doc.class_order == list(range(len(doc.id2label)))
+    assert _default("pp_doclayout_v2").class_thresholds is None
+    detr = next(tiny_configs("lw_detr"))[1]
+    assert detr.projector_scale_factors == [1.0] and detr.num_feature_levels == 1
+    assert detr.projector_in_channels == [detr.d_model]
+    ocr = next(tiny_configs("deepseek_ocr2_vision"))[1]
+    assert ocr.sam_config.downsample_channels[-1] == ocr.encoder_config.hidden_size < 896
+    default = _default("deepseek_ocr2_vision")
+    assert default.sam_config.downsample_channels[-1] != default.encoder_config.hidden_size
