@@ -686,9 +686,9 @@ def _encoder_widths(dicts: list[dict[str, Any]], plans: list[dict[str, Any]], wi
             continue
         for sub in _sub_dicts(d):
             necks = sub.get("downsample_channels")
-            if not any(sub is t for t in towers) and isinstance(necks, list) and necks and _int(necks[-1]):
-                if necks[-1] not in widths.values():
-                    sub["downsample_channels"] = [*necks[:-1], planned[0]["new_width"]]
+            neck = not any(sub is t for t in towers) and isinstance(necks, list) and necks and _int(necks[-1])
+            if neck and necks[-1] not in widths.values():
+                sub["downsample_channels"] = [*necks[:-1], planned[0]["new_width"]]
             value = sub.get("encoder_hidden_size")
             if any(sub is t for t in towers) or not _int(value) or value in widths.values():
                 continue
