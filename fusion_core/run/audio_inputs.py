@@ -47,6 +47,12 @@ def audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: 
         return
     config = getattr(entry, "config", None)
     n = max(1, workload.batch)
+    required = [k for k in params if key_modality(k) == "audio" and _required(params, k)]
+    wave = next((k for k in required if "values" in k), None)
+    features = next((k for k in required if "features" in k), None)
+    if wave is not None and features is not None:  # a codec taking both (Xcodec2's, NeuCodec's): the two at once
+        yield from _paired_audio(entry, params, gen, dtype, n, wave, features)
+        return
     masks = [] if "input_ids" in params else [k for k in _AUDIO_MASKS if k in params]
     lengths = None if "input_ids" in params else next((k for k in _AUDIO_LENGTHS if k in params), None)
     books = codebooks(config) if key.endswith("_ids") else None
@@ -114,6 +120,91 @@ def audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: 
                 )
 
 
+def _paired_audio(
+    entry: nn.Module, params: Any, gen: Any, dtype: Any, n: int, wave: str, features: str
+) -> Iterator[ModelInputs]:
+    """A waveform and its mel features together, for a forward that requires both (a codec's
+    acoustic encoder reads the waveform, its semantic encoder the features, and the two are joined
+    frame by frame): about one second of samples, a whole number of the encoder's hops, and the
+    features of those samples at 100 mel frames per second (a 10 ms hop), stacked by the feature
+    extractor to the width of the first layer that reads them, so as many frames as the encoder's."""
+    import torch
+
+    config = getattr(entry, "config", None)
+    rate = config_value(config, "input_sampling_rate", "sampling_rate")
+    rate = int(rate) if isinstance(rate, int) and 0 < rate <= 192_000 else AUDIO_SAMPLES
+    hop = _hop(config)
+    samples = max(1, rate // hop) * hop
+    width = _reader_width(entry, features)
+    mels = config_value(config, *_MEL_KEYS)
+    mels = next((m for m in (mels, 80) if isinstance(m, int) and m > 0 and width % m == 0), width)
+    stack = max(1, width // mels)
+    # the frames of those samples (100 a second, ``stack`` at a time), then where that differs, the encoder's
+    frames = list(dict.fromkeys(f for f in (samples * 100 // (rate * stack), samples // hop) if f > 0))
+    waves = [(n, 1, samples), (n, samples)]  # (batch, channel, samples) as the feature extractor gives, then flat
+    for count in frames:
+        for wave_shape in waves:
+            for feature_shape in ((n, count, width), (n, width, count)):
+                kwargs: dict[str, Any] = {}
+                for key, shape in ((wave, wave_shape), (features, feature_shape)):
+                    x = torch.randn(*shape, generator=gen)
+                    kwargs[key] = x.to(dtype) if dtype is not None else x
+                for mask in (k for k in _AUDIO_MASKS if k in params and _required(params, k)):
+                    length = count if "feature" in mask else samples
+                    kwargs[mask] = (
+                        torch.zeros(n, length, dtype=torch.bool)
+                        if mask in _PADDING_MASKS
+                        else torch.ones(n, length, dtype=torch.long)
+                    )
+                note = (
+                    f"audio made from the config: {samples} samples of waveform at {rate} Hz, {wave} {wave_shape},"
+                    f" with {count} frames of {width} features ({stack} x {mels} mel bins), {features} {feature_shape}"
+                )
+                yield ModelInputs("", kwargs, "audio", [note])
+
+
+def _hop(config: Any) -> int:
+    """Samples per frame of a codec's encoder: its encoder hop (NeuCodec's, at the input rate), else
+    the product of its downsampling ratios, else its hop length; 320 (20 ms at 16 kHz) if none."""
+    hop = config_value(config, "encoder_hop_length")
+    if not isinstance(hop, int) or hop <= 0:
+        ratios = config_value(config, "downsampling_ratios")
+        if isinstance(ratios, (list, tuple)) and ratios and all(isinstance(r, int) and r > 0 for r in ratios):
+            hop = 1
+            for r in ratios:
+                hop *= r
+        else:
+            hop = config_value(config, "hop_length")
+    return int(hop) if isinstance(hop, int) and 0 < hop <= AUDIO_SAMPLES else 320
+
+
+def _reader_width(entry: nn.Module, key: str) -> int:
+    """The width of the features ``key``: the first layer (a Linear, Conv1d or LayerNorm) of the first
+    sub-module whose forward takes ``key`` (Xcodec2's semantic encoder: a LayerNorm of 160), else the
+    config's mel bins, else 80."""
+    from torch import nn
+
+    for _, module in entry.named_modules():
+        if module is entry:
+            continue
+        try:
+            takes = key in inspect.signature(module.forward).parameters
+        except (TypeError, ValueError):
+            continue
+        if not takes:
+            continue
+        for layer in module.modules():
+            if isinstance(layer, (nn.Linear, nn.Conv1d, nn.LayerNorm)):
+                shape = getattr(layer, "normalized_shape", None)
+                width = getattr(layer, "in_features", None) or getattr(layer, "in_channels", None)
+                width = width or (shape or [None])[-1]
+                if isinstance(width, int) and width > 0:
+                    return width
+        break
+    mels = config_value(getattr(entry, "config", None), *_MEL_KEYS)
+    return int(mels) if isinstance(mels, int) and 0 < mels <= 512 else 80
+
+
 def codebooks(config: Any) -> tuple[int, int] | None:
     """(codebooks, tokens per codebook) of the audio codec whose tokens a model takes in place of
     audio (``num_codebooks``, ``codebook_size`` of its config), else None."""
@@ -127,6 +218,12 @@ def _optional(params: Any, name: str) -> bool:
     """Whether the forward's parameter ``name`` has a default (a mask the model goes without)."""
     param = params.get(name) if isinstance(params, dict) else None
     return isinstance(param, inspect.Parameter) and param.default is not inspect.Parameter.empty
+
+
+def _required(params: Any, name: str) -> bool:
+    """Whether the forward's parameter ``name`` has no default (an input the model cannot go without)."""
+    param = params.get(name) if isinstance(params, dict) else None
+    return isinstance(param, inspect.Parameter) and param.default is inspect.Parameter.empty
 
 
 def _stacked_width(entry: nn.Module, mels: int) -> int | None:
