@@ -21,8 +21,11 @@ from .inputs import (
     _signature,
     _size,
     _text_ids,
+    code_columns,
     decoder_ids,
     entry_module,
+    flat_patch_inputs,
+    input_vocab,
     key_modality,
     pixel_conv,
     video_grid_inputs,
@@ -139,6 +142,12 @@ def candidate_inputs(
                 yield ModelInputs(
                     entry_path, {**inputs.kwargs, "decoder_input_ids": decoder}, inputs.kind, [*inputs.notes, note]
                 )
+    if "flattened_patches" in params and not found:  # images as rows of patches (Kosmos-2.5, Pix2Struct)
+        for inputs in flat_patch_inputs(entry, params, _generator(seed), dtype, workload):
+            found = True
+            inputs.entry = entry_path
+            inputs.kwargs.update(common)
+            yield inputs
     for inputs in audio_inputs(entry, params, gen, dtype, workload):
         found = True
         inputs.entry = entry_path
@@ -149,24 +158,36 @@ def candidate_inputs(
 
         found = True
         length = min(workload.seq_len or DEFAULT_SEQ_LEN, _max_text(entry.config))
-        ids = torch.tensor([_text_ids(entry.config, length, _generator(seed))] * max(1, workload.batch))
+        columns = code_columns(entry)  # a decoder of code columns (Dia's audio codes): (batch, steps, columns)
+        vocab = input_vocab(entry)  # below the rows of the embedding that reads them (Dia's byte encoder)
+        ids = torch.tensor(
+            [_text_ids(entry.config, length * (columns or 1), _generator(seed), vocab)] * max(1, workload.batch)
+        )
+        if columns:
+            ids = ids.reshape(ids.shape[0], length, columns)
         kwargs: dict[str, Any] = {"input_ids": ids, **common}
         if "attention_mask" in params:
-            kwargs["attention_mask"] = torch.ones_like(ids)
-        rows = [(kwargs, f"{ids.shape[0]} x {ids.shape[1]} text tokens")]
+            kwargs["attention_mask"] = torch.ones_like(ids[..., 0] if columns else ids)
+        tokens = f"{ids.shape[0]} x {ids.shape[1]} text tokens"
+        rows = [(kwargs, tokens + (f" in each of {columns} code columns" if columns else ""))]
         books = config_value(entry.config, "num_codebooks")
-        if isinstance(books, int) and books > 1 and "decoder_input_ids" not in params:
+        if isinstance(books, int) and books > 1 and "decoder_input_ids" not in params and not columns:
             # a codebook decoder alone takes one row per codebook (MusicGen's), tried first
             coded = {**kwargs, "input_ids": ids.repeat_interleave(books, dim=0)}
             rows.insert(0, (coded, f"{ids.shape[0]} x {ids.shape[1]} tokens in each of {books} codebooks"))
         other = next((k for k in ("encoder_hidden_states", "cross_attention_states") if k in params), None)
         width = cross_width(entry) if other else None
+        # code columns: what was fed said per step (the last dimension is no count of tokens)
+        fed = [FedInput("text", "text", ids.shape[0], f"{length} steps of {columns} codes", "synthetic")]
+        fed = fed if columns else []
         for row, note in rows:
             if width is not None:  # a decoder alone: what its cross-attention reads, or that is never run
                 states = torch.randn(ids.shape[0], max(1, length // 2), width, generator=_generator(seed + 1))
                 with_states = {**row, other: states.to(dtype)}
-                yield ModelInputs(entry_path, with_states, "text", [f"{note}, encoder states {tuple(states.shape)}"])
-            yield ModelInputs(entry_path, row, "text", [note])
+                yield ModelInputs(
+                    entry_path, with_states, "text", [f"{note}, encoder states {tuple(states.shape)}"], fed=list(fed)
+                )
+            yield ModelInputs(entry_path, row, "text", [note], fed=list(fed))
         if "decoder_input_ids" in params:  # an encoder-decoder that does not derive them itself
             decoder, start = decoder_ids(ids, entry.config)
             yield ModelInputs(

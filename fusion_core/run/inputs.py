@@ -136,10 +136,12 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _text_ids(config: Any, count: int, gen: torch.Generator) -> list[int]:
+def _text_ids(config: Any, count: int, gen: torch.Generator, vocab: int | None = None) -> list[int]:
+    """``count`` seeded token ids below the text vocabulary (or ``vocab``, where smaller: the
+    rows of the embedding that reads them), none of them a special token."""
     import torch
 
-    vocab = text_vocab_size(config)
+    vocab = min(text_vocab_size(config), vocab or text_vocab_size(config))
     specials = special_token_ids(config)
     pool = [i for i in range(3, min(vocab, 4096)) if i not in specials] or list(range(vocab))
     picks = torch.randint(0, len(pool), (count,), generator=gen).tolist()
@@ -155,6 +157,118 @@ def text_vocab_size(config: Any) -> int:
     if isinstance(value, int) and value > 0:
         return value
     return int(config_value(config, "vocab_size") or 1000)
+
+
+def input_vocab(entry: nn.Module) -> int | None:
+    """The rows of the embedding that reads ``entry``'s ``input_ids``: its input embedding's, else
+    (a model that names none, Dia's) its encoder's largest embedding (an encoder-decoder's ids
+    go to the encoder, whose vocabulary may be smaller than the decoder's: Dia's 256 bytes);
+    ``None`` where no plain embedding says."""
+    from torch import nn
+
+    try:
+        embedding = entry.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        embedding = None
+    if isinstance(embedding, nn.Embedding):
+        return int(embedding.num_embeddings)
+    encoder = getattr(entry, "encoder", None)
+    if not isinstance(encoder, nn.Module) or embedding is not None:
+        return None
+    sizes = [int(m.num_embeddings) for m in encoder.modules() if isinstance(m, nn.Embedding)]
+    return max(sizes) if sizes else None
+
+
+def code_columns(entry: nn.Module) -> int | None:
+    """The code columns a decoder reads per step where its ``input_ids`` are ``(batch, steps,
+    columns)`` (the forward's docstring says three dimensions; Dia's audio codes, one column per
+    channel): the config's count of the last dimension's name, else the rows of its largest
+    embedding over the vocabulary (one table for every column, each at its own offset);
+    ``None`` for ids of two dimensions."""
+    from torch import nn
+
+    dims = doc_dims(entry, "input_ids")
+    if not dims or len(dims) != 3:
+        return None
+    config = getattr(entry, "config", None)
+    count = config_value(config, dims[-1])
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        return count
+    vocab = text_vocab_size(config)
+    sizes = [int(m.num_embeddings) for m in entry.modules() if isinstance(m, nn.Embedding)]
+    rows = max(sizes, default=0)
+    return rows // vocab if rows > vocab and rows % vocab == 0 else None
+
+
+def flat_patch_inputs(
+    entry: nn.Module, params: dict, gen: torch.Generator, dtype: Any, workload: Workload
+) -> Iterator[ModelInputs]:
+    """Images as ``flattened_patches`` (Pix2Struct, Kosmos-2.5: one row per patch of [row id,
+    column id, the patch's values], ids from 1), of the width the layer that reads them takes;
+    with text (one placeholder per query and the position mask, :func:`_with_queries`) where the
+    forward takes ``input_ids``, then with decoder tokens where it takes those instead."""
+    import torch
+
+    config = entry.config
+    width = _patch_row_width(entry)
+    if width is None:
+        return
+    channels = config_value(config, "num_channels")
+    channels = channels if isinstance(channels, int) and channels in (1, 3, 4) and width % channels == 0 else 3
+    patch = math.isqrt(width // channels) if width % channels == 0 else 0
+    patch = patch if patch and patch * patch * channels == width else 0
+    limit = config_value(config, "max_num_patches", "max_patches")
+    side = (workload.image_size // patch if workload.image_size and patch else 0) or FLAT_PATCH_SIDE
+    if isinstance(limit, int) and limit > 1:
+        side = max(1, min(side, math.isqrt(limit - 1)))  # ids from 1: the row and column tables hold ``limit``
+    n = max(1, workload.batch)
+    rows = torch.arange(1, side + 1).repeat_interleave(side)
+    cols = torch.arange(1, side + 1).repeat(side)
+    values = torch.randn(n, side * side, width, generator=gen)
+    ids = torch.stack([rows, cols], dim=-1).to(values.dtype).expand(n, -1, -1)
+    patches = torch.cat([ids, values], dim=-1).to(dtype)
+    px = f"{side * patch}x{side * patch} px as " if patch else ""
+    what = f"{px}{side * side} patches of {width} values"
+    note = f"{n} image(s) of {what}, flattened with their row and column ids"
+    size = f"{px}{side * side} patches"
+    fed = [FedInput("image", "image", n, size, "synthetic")]
+    kwargs: dict[str, Any] = {"flattened_patches": patches}
+    if "input_ids" in params:
+        text = torch.tensor([_text_ids(config, min(workload.seq_len or 8, _max_text(config)), gen)] * n)
+        extra = {"input_ids": text, **({"attention_mask": torch.ones_like(text)} if "attention_mask" in params else {})}
+        for made in (_with_queries(extra, config, params, 1, "image"), extra):
+            if made is not None:
+                tokens = made["input_ids"].shape[1]
+                both = [
+                    FedInput("image+text", "image", n, size, "synthetic"),
+                    FedInput("image+text", "text", n, f"{tokens} tokens", "synthetic"),
+                ]
+                yield ModelInputs("", {**kwargs, **made}, "image", [f"{note}, {tokens} text tokens"], fed=both)
+        return
+    yield ModelInputs("", kwargs, "image", [note], fed=list(fed))
+    if "decoder_input_ids" in params:  # an image-to-text encoder-decoder (Pix2Struct)
+        text = torch.tensor([_text_ids(config, 8, gen)] * n)
+        decoder, start = decoder_ids(text, config)
+        tokens = f"{decoder.shape[1]} decoder tokens from token {start}"
+        yield ModelInputs("", {**kwargs, "decoder_input_ids": decoder}, "image", [note, tokens], fed=list(fed))
+
+
+FLAT_PATCH_SIDE = 4  # patches a side of a synthetic image given as flattened patches
+
+
+def _patch_row_width(entry: nn.Module) -> int | None:
+    """The values per patch of ``flattened_patches``: the input of the first Linear in the module
+    that reads them (its forward names them; Kosmos-2.5's ``patch_projection``), else the config's
+    ``patch_embed_hidden_size``."""
+    from torch import nn
+
+    for module in entry.modules():
+        if module is entry or not has_own_forward(module) or "flattened_patches" not in _signature(module):
+            continue
+        if any(isinstance(c, nn.Linear) for c in module.children()):
+            return int(next(c for c in module.children() if isinstance(c, nn.Linear)).in_features)
+    value = config_value(getattr(entry, "config", None), "patch_embed_hidden_size")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _signature(module: nn.Module) -> dict[str, inspect.Parameter]:
@@ -363,6 +477,12 @@ def _pixel_inputs(
             # other images the forward requires, of the same shape (SegGPT's prompt image and its mask)
             shaped = [p for p in required if "pixel_values" in p or p.endswith("masks")]
             prompts = {p: torch.randn(image.shape, generator=gen).to(dtype) for p in shaped}
+            for name in (p for p in required if p.endswith("_inputs") and p not in shaped):
+                # the tokens of a task the forward requires beside the image (OneFormer's task_inputs),
+                # as long as the config's sequence for them
+                length = config_value(config, f"{name.removesuffix('_inputs')}_seq_len")
+                length = int(length) if isinstance(length, int) and 0 < length <= 512 else 8
+                prompts[name] = torch.tensor([_text_ids(config, length, gen)] * n)
             grids = patch_grids(params, n, h // int(kernel[0]), w // int(kernel[1]))  # MiniCPM-V's towers
             extras = [{**e, **prompts, **grids} for e in base]
             for extra in extras:
@@ -371,6 +491,7 @@ def _pixel_inputs(
                         continue
                     text = f", {made['input_ids'].shape[1]} text tokens" if "input_ids" in made else ""
                     note = f"{n} image(s), {channels} channels, {h}x{w}{text}"
+                    note += "".join(f", {k} {tuple(v.shape)}" for k, v in prompts.items())  # (what else it requires)
                     yield ModelInputs("", {key: image, **made}, "image", [note])
             if not shaped and h == height and w == width:
                 break  # (only a model that takes several images is tried at the square size)
@@ -525,3 +646,13 @@ def _merge(config: Any) -> int:
     merge = config_value(config, "spatial_merge_size", "merge_kernel_size")
     merge = merge[0] if isinstance(merge, (list, tuple)) and merge else merge
     return int(merge) if isinstance(merge, int) and merge > 0 else 1
+
+
+def doc_dims(entry: nn.Module, name: str) -> list[str] | None:
+    """The dimensions the forward's docstring gives ``name`` (`` name (`torch.Tensor` of shape
+    `(batch_size, hidden_size, grid_height, grid_width)`)``), else ``None``."""
+    import re
+
+    doc = inspect.getdoc(entry.forward) or ""
+    found = re.search(rf"^\s*{re.escape(name)}\s*\(`[^`]*`\s*of shape\s*`\(([^`]*)\)`", doc, re.MULTILINE)
+    return [d.strip() for d in found.group(1).split(",") if d.strip()] if found else None

@@ -20,6 +20,7 @@ from .inputs import (
     _max_text,
     _merge,
     _size,
+    doc_dims,
 )
 
 if TYPE_CHECKING:
@@ -60,16 +61,6 @@ def _required(p: inspect.Parameter) -> bool:
 def _is_list(p: inspect.Parameter) -> bool:
     """Whether ``p`` takes a list of tensors (SAM 3's DETR encoder: one feature map per level)."""
     return "list[" in str(p.annotation).lower()
-
-
-def doc_dims(entry: nn.Module, name: str) -> list[str] | None:
-    """The dimensions the forward's docstring gives ``name`` (`` name (`torch.Tensor` of shape
-    `(batch_size, hidden_size, grid_height, grid_width)`)``), else ``None``."""
-    import re
-
-    doc = inspect.getdoc(entry.forward) or ""
-    found = re.search(rf"^\s*{re.escape(name)}\s*\(`[^`]*`\s*of shape\s*`\(([^`]*)\)`", doc, re.MULTILINE)
-    return [d.strip() for d in found.group(1).split(",") if d.strip()] if found else None
 
 
 def reader_width(entry: nn.Module, name: str) -> int | None:

@@ -315,18 +315,17 @@ def test_a_type_no_family_fuses_is_not_built_with_its_reason() -> None:
     "ignore:Initializing zero-element tensors"
 )  # its empty projector, as transformers builds it
 def test_a_tiny_model_that_runs_nothing_unfused_is_not_built_not_failed() -> None:
-    """OneFormer requires task tokens, which no input made here gives: the unfused model
-    raises on every input, and its attention is verified on no sample input either, so nothing
-    can be compared. That is the tiny build's failure, said with the original's error, never
+    """Muse-Glimmer's assistant reads a layer's context states, which no input made here gives:
+    the unfused model raises on every input, and its attention is verified on no sample input
+    either, so nothing can be compared. That is the tiny build's failure, said with the original's error, never
     a failed fusion. JEV's forward requires marks, option counts and question types no input
     made here gives: its original runs on none either, but its fused modules are verified on
     sample inputs, which is a fallback, with both reasons."""
-    result = check_type("oneformer", ["qkv", "patch_embeddings_2d"], 0)
+    result = check_type("muse_glimmer_assistant", ["qkv", "gate_up"], 0)
     assert result["status"] == NOT_BUILT
     assert result["reason"].startswith(
-        "the tiny model runs on no input made for it, unfused included (OneFormerModel: "
+        "the tiny model runs on no input made for it, unfused included (MuseGlimmerAssistantModel: "
     )
-    assert "missing 1 required positional argument: 'task_inputs'" in result["reason"]
     result = check_type("jev", ["qkv", "gate_up"], 0)
     assert result["status"] == FALLBACK
     assert result["reason"].startswith("end to end not run (not run: JevForDecision: no input it accepts (")
@@ -485,6 +484,8 @@ def test_a_part_saved_alone_is_opened_and_checked_end_to_end(model_type, kinds) 
         # the video tokens in one span per frame (a grid per step, one patch grid per frame)
         ("cosmos3_edge", ["image", "text", "video"]),
         ("minicpmv4_7", ["image", "text", "video"]),
+        # the task tokens its forward requires beside the image, as long as the config's task sequence
+        ("oneformer", ["image"]),
     ],
 )
 def test_parts_and_odd_inputs_run_end_to_end(model_type, kinds) -> None:
