@@ -388,9 +388,9 @@ def _channels(d: dict[str, Any], skip: set[str]) -> None:
         if not _CHANNELS_RE.search(key) or key in skip:
             continue
         if _int(value) and value > 64 and value % 8 == 0:
-            d[key] = _round_up(value / 8, 8)
+            d[key] = _channel(value)
         elif isinstance(value, (list, tuple)) and value and all(_int(v) for v in value) and max(value) > 64:
-            d[key] = type(value)(_round_up(v / 8, 8) if v > 64 else v for v in value)
+            d[key] = type(value)(_channel(v) for v in value)
 
 
 #: a convolution backbone's own stage channel lists (HGNetV2's stem_channels, stage_in/mid/out_channels)

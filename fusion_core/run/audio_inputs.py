@@ -9,6 +9,7 @@ keeps the first layout the original model accepts.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -96,10 +97,7 @@ def audio_inputs(entry: nn.Module, params: Any, gen: Any, dtype: Any, workload: 
                 x = x.to(dtype) if dtype is not None else x
             kwargs: dict[str, Any] = {key: x}
             for mask in fed_masks:
-                padding = mask in _PADDING_MASKS
-                kwargs[mask] = (
-                    torch.zeros(n, length, dtype=torch.bool) if padding else torch.ones(n, length, dtype=torch.long)
-                )
+                kwargs[mask] = _mask(mask, n, length)
             if lengths is not None:
                 kwargs[lengths] = torch.full((n,), length, dtype=torch.long)
             note = (
@@ -150,17 +148,22 @@ def _paired_audio(
                     x = torch.randn(*shape, generator=gen)
                     kwargs[key] = x.to(dtype) if dtype is not None else x
                 for mask in (k for k in _AUDIO_MASKS if k in params and _required(params, k)):
-                    length = count if "feature" in mask else samples
-                    kwargs[mask] = (
-                        torch.zeros(n, length, dtype=torch.bool)
-                        if mask in _PADDING_MASKS
-                        else torch.ones(n, length, dtype=torch.long)
-                    )
+                    kwargs[mask] = _mask(mask, n, count if "feature" in mask else samples)
                 note = (
                     f"audio made from the config: {samples} samples of waveform at {rate} Hz, {wave} {wave_shape},"
                     f" with {count} frames of {width} features ({stack} x {mels} mel bins), {features} {feature_shape}"
                 )
                 yield ModelInputs("", kwargs, "audio", [note])
+
+
+def _mask(name: str, n: int, length: int) -> Any:
+    """A mask over ``length`` frames or samples of ``n`` clips, none of them padding: a padding mask
+    (True marks padding) all False, an attention mask all ones."""
+    import torch
+
+    if name in _PADDING_MASKS:
+        return torch.zeros(n, length, dtype=torch.bool)
+    return torch.ones(n, length, dtype=torch.long)
 
 
 def _hop(config: Any) -> int:
@@ -170,9 +173,7 @@ def _hop(config: Any) -> int:
     if not isinstance(hop, int) or hop <= 0:
         ratios = config_value(config, "downsampling_ratios")
         if isinstance(ratios, (list, tuple)) and ratios and all(isinstance(r, int) and r > 0 for r in ratios):
-            hop = 1
-            for r in ratios:
-                hop *= r
+            hop = math.prod(ratios)
         else:
             hop = config_value(config, "hop_length")
     return int(hop) if isinstance(hop, int) and 0 < hop <= AUDIO_SAMPLES else 320

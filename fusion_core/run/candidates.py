@@ -24,6 +24,7 @@ from .inputs import (
     code_columns,
     decoder_ids,
     entry_module,
+    first_decoder_ids,
     flat_patch_inputs,
     input_vocab,
     key_modality,
@@ -134,11 +135,8 @@ def candidate_inputs(
                 yield masked
             yield inputs
             if "decoder_input_ids" in params and "input_ids" not in params:  # an image-to-text encoder-decoder
-                import torch
-
-                text = torch.tensor([_text_ids(entry.config, 8, _generator(seed))] * inputs.kwargs[key].shape[0])
-                decoder, start = decoder_ids(text, entry.config)
-                note = f"{decoder.shape[1]} decoder tokens from token {start}"
+                rows = inputs.kwargs[key].shape[0]
+                decoder, note = first_decoder_ids(entry.config, rows, _generator(seed))
                 yield ModelInputs(
                     entry_path, {**inputs.kwargs, "decoder_input_ids": decoder}, inputs.kind, [*inputs.notes, note]
                 )
@@ -178,8 +176,11 @@ def candidate_inputs(
         other = next((k for k in ("encoder_hidden_states", "cross_attention_states") if k in params), None)
         width = cross_width(entry) if other else None
         # code columns: what was fed said per step (the last dimension is no count of tokens)
-        fed = [FedInput("text", "text", ids.shape[0], f"{length} steps of {columns} codes", "synthetic")]
-        fed = fed if columns else []
+        fed = (
+            [FedInput("text", "text", ids.shape[0], f"{length} steps of {columns} codes", "synthetic")]
+            if columns
+            else []
+        )
         for row, note in rows:
             if width is not None:  # a decoder alone: what its cross-attention reads, or that is never run
                 states = torch.randn(ids.shape[0], max(1, length // 2), width, generator=_generator(seed + 1))

@@ -141,7 +141,7 @@ def _text_ids(config: Any, count: int, gen: torch.Generator, vocab: int | None =
     rows of the embedding that reads them), none of them a special token."""
     import torch
 
-    vocab = min(text_vocab_size(config), vocab or text_vocab_size(config))
+    vocab = min(text_vocab_size(config), vocab) if vocab else text_vocab_size(config)
     specials = special_token_ids(config)
     pool = [i for i in range(3, min(vocab, 4096)) if i not in specials] or list(range(vocab))
     picks = torch.randint(0, len(pool), (count,), generator=gen).tolist()
@@ -247,9 +247,7 @@ def flat_patch_inputs(
         return
     yield ModelInputs("", kwargs, "image", [note], fed=list(fed))
     if "decoder_input_ids" in params:  # an image-to-text encoder-decoder (Pix2Struct)
-        text = torch.tensor([_text_ids(config, 8, gen)] * n)
-        decoder, start = decoder_ids(text, config)
-        tokens = f"{decoder.shape[1]} decoder tokens from token {start}"
+        decoder, tokens = first_decoder_ids(config, n, gen)
         yield ModelInputs("", {**kwargs, "decoder_input_ids": decoder}, "image", [note, tokens], fed=list(fed))
 
 
@@ -470,12 +468,12 @@ def _pixel_inputs(
             yield ModelInputs("", {key: flat, **extra}, "video", [note], fed=fed if "input_ids" not in extra else [])
     if len(kernel) == 2:
         base = extras
+        # other images the forward requires, of the same shape (SegGPT's prompt image and its mask)
+        shaped = [p for p in required if "pixel_values" in p or p.endswith("masks")]
         # then square images of the shorter side (SegGPT's config states its canvas, 896 x 448: an
         # image and its prompt stacked)
         for h, w in dict.fromkeys([(height, width), (min(height, width),) * 2]):
             image = torch.randn(n, channels, h, w, generator=gen).to(dtype)
-            # other images the forward requires, of the same shape (SegGPT's prompt image and its mask)
-            shaped = [p for p in required if "pixel_values" in p or p.endswith("masks")]
             prompts = {p: torch.randn(image.shape, generator=gen).to(dtype) for p in shaped}
             for name in (p for p in required if p.endswith("_inputs") and p not in shaped):
                 # the tokens of a task the forward requires beside the image (OneFormer's task_inputs),
@@ -630,6 +628,15 @@ def decoder_ids(ids: torch.Tensor, config: Any) -> tuple[torch.Tensor, int]:
 
     start = _decoder_start(config)
     return torch.cat([torch.full_like(ids[:, :1], start), ids[:, : max(1, min(7, ids.shape[1] - 1))]], dim=1), start
+
+
+def first_decoder_ids(config: Any, rows: int, gen: torch.Generator) -> tuple[torch.Tensor, str]:
+    """Decoder tokens for ``rows`` inputs that give no text of their own (an image-to-text
+    encoder-decoder's pixels): the start token and a few seeded ids after it, and a note."""
+    import torch
+
+    decoder, start = decoder_ids(torch.tensor([_text_ids(config, 8, gen)] * rows), config)
+    return decoder, f"{decoder.shape[1]} decoder tokens from token {start}"
 
 
 def _decoder_start(config: Any) -> int:

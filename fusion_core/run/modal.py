@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CheckError, one_line
 from ..families._sample_inputs import config_value, patch_grids
 from ..text import printable
+from .audio_inputs import _AUDIO_LENGTHS
 from .candidates import candidate_inputs
 from .inputs import (
     DEFAULT_GRID_IMAGE_SIZE,
@@ -113,7 +114,6 @@ def _sampling_rate(proc: Any) -> int:
 
 
 def _synthetic(kind: str, config: Any, workload: Workload, grid: bool, rate: int, notes: list[str]) -> Media:
-    from ..families._sample_inputs import config_value
     from ..model.limits import MAX_INPUT_FRAMES, MAX_INPUT_SIDE, MAX_SAMPLING_RATE, clamped
     from .media import synthetic_audio, synthetic_image, synthetic_video
 
@@ -314,8 +314,6 @@ def _fed_of(inputs: ModelInputs, label: str) -> list[FedInput]:
     for key in [k for k in kw if key_modality(k) == "audio"][:1]:
         v = kw.get(key)
         if v is not None and hasattr(v, "shape") and v.dim() >= 2:
-            from .audio_inputs import _AUDIO_LENGTHS
-
             lengths = next((kw[k] for k in _AUDIO_LENGTHS if k in kw and v.dim() == 2), None)
             count, dims = (len(lengths), v.shape) if lengths is not None else (int(v.shape[0]), v.shape[1:])
             fed.append(FedInput(label, "audio", count, f"{key} {'x'.join(map(str, dims))}", "synthetic"))
@@ -565,7 +563,6 @@ def _counted(
     """Image inputs from the model's image processor, text with one image token per image feature."""
     import torch
 
-    from ..families._sample_inputs import config_value
     from .inputs import _generator, _text_ids
     from .processors import image_processor_for, synthetic_tokenizer
 
@@ -622,11 +619,9 @@ def _counted_audio(
     reads their spans) is given as many as its audio tower makes frames; a model whose config
     names no audio token adds its audio features to the text position by position (Voxtral
     Realtime): a text of as many tokens as audio features, no placeholders."""
-    import torch
 
-    from ..families._sample_inputs import config_value
     from .audio_inputs import AUDIO_CODE_FRAMES, audio_inputs, codebooks
-    from .inputs import _generator, _text_ids
+    from .inputs import _generator
 
     audio_id = config_value(config, "audio_token_id", "audio_token_index")
     if not isinstance(audio_id, int) or isinstance(audio_id, bool):
@@ -662,13 +657,8 @@ def _counted_audio(
         )
         made, kept, count = _first_counted(features_of, tries, "audio")
         how = "as many audio tokens as its audio features"
-    if audio_id is not None:
-        ids = _with_tokens(kept, params, config, workload, audio_id, count, n)
-    else:  # a text as long as the audio, no placeholders
-        ids = _text_ids(config, max(1, count // n), _generator(workload.seed))
-        kept["input_ids"] = torch.tensor([ids] * n)
-        switches = {"attention_mask": torch.ones_like(kept["input_ids"]), "use_cache": False, "return_dict": True}
-        kept.update({k: v for k, v in switches.items() if k in params})
+    ids = _with_tokens(kept, params, config, workload, audio_id, count, n)
+    if audio_id is None:
         how = "the config names no audio token: a text of as many tokens as its audio features"
     key, value = next(iter(kept.items()))
     fed = [
@@ -734,15 +724,20 @@ def _first_counted(features_of: Any, tries: Iterable[tuple[Any, dict[str, Any]]]
 
 
 def _with_tokens(
-    kept: dict[str, Any], params: dict, config: Any, workload: Workload, token_id: int, count: int, n: int
+    kept: dict[str, Any], params: dict, config: Any, workload: Workload, token_id: int | None, count: int, n: int
 ) -> list[int]:
     """``kept`` completed with text of one ``token_id`` per feature (``count`` over ``n`` rows)
-    before some synthetic text, and the switches the forward takes; returns one row's ids."""
+    before some synthetic text, and the switches the forward takes; returns one row's ids.
+    ``token_id`` None: features the model adds to the text position by position, so a text of
+    as many tokens as features, no placeholders (Voxtral Realtime)."""
     import torch
 
     from .inputs import _generator, _text_ids
 
-    ids = [token_id] * (count // n) + _text_ids(config, max(4, workload.seq_len or 8), _generator(workload.seed))
+    if token_id is None:
+        ids = _text_ids(config, max(1, count // n), _generator(workload.seed))
+    else:
+        ids = [token_id] * (count // n) + _text_ids(config, max(4, workload.seq_len or 8), _generator(workload.seed))
     kept["input_ids"] = torch.tensor([ids] * n)
     if "attention_mask" in params:
         kept["attention_mask"] = torch.ones_like(kept["input_ids"])
@@ -764,7 +759,6 @@ def _counted_clip(
     processor, need torchvision: LLaVA-NeXT-Video, Cohere2-Vision)."""
     import torch
 
-    from ..families._sample_inputs import config_value
     from ..model.limits import MAX_INPUT_FRAMES, MAX_INPUT_SIDE
     from .inputs import _generator
 
